@@ -1,0 +1,7 @@
+"""Jobs and the guarded activity that runs them."""
+
+from __future__ import annotations
+
+from activities.jobs import REGISTRY, JobContext, JobSpec, job
+
+__all__ = ["REGISTRY", "JobContext", "JobSpec", "job"]

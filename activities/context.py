@@ -1,0 +1,99 @@
+"""The `JobContext` the guard hands to a job, and the one transaction it may open."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import structlog
+from temporalio import activity
+
+
+class RunContext:
+    """Implements `activities.jobs.JobContext` for one run of one logical key."""
+
+    def __init__(
+        self,
+        *,
+        pool: asyncpg.Pool,
+        schedule_id: str,
+        fire_time: datetime,
+        logical_key: str,
+        attempt: int,
+        args: Any,
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        self.schedule_id = schedule_id
+        self.fire_time = fire_time
+        self.logical_key = logical_key
+        self.idempotency_key = logical_key
+        self.attempt = attempt
+        self.args = args
+        self.log = log
+        self._pool = pool
+        self._entered = False
+        self.conn: Any = None
+        self._tx: Any = None
+        self.block_exited_at: float | None = None
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        if self._entered:
+            raise RuntimeError(
+                "ctx.transaction() may be entered at most once per run: all of a job's writes "
+                "commit together with its outbox record"
+            )
+        self._entered = True
+        conn = await self._pool.acquire()
+        tx = conn.transaction()
+        try:
+            await tx.start()
+        except BaseException:
+            await self._pool.release(conn)
+            raise
+        self.conn, self._tx = conn, tx
+        try:
+            yield conn
+        except BaseException:
+            await self.rollback()
+            raise
+        # The transaction stays open: the guard appends the fencing check, the outbox record and
+        # the heartbeat to it once the job returns, and commits all of it at once. The job should
+        # return right after the block; `block_exited_at` lets the guard warn if it does not.
+        self.block_exited_at = time.monotonic()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._tx is not None
+
+    async def commit(self) -> None:
+        tx, conn = self._tx, self.conn
+        self._tx = self.conn = None
+        try:
+            await tx.commit()
+        finally:
+            await self._pool.release(conn)
+
+    async def rollback(self) -> None:
+        tx, conn = self._tx, self.conn
+        if tx is None:
+            return
+        self._tx = self.conn = None
+        try:
+            await tx.rollback()
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            # The connection may be gone already (that is often why we roll back): the server
+            # aborts the transaction by itself then. Terminate rather than reuse it.
+            conn.terminate()
+        finally:
+            await self._pool.release(conn)
+
+    async def heartbeat(self, details: Any = None) -> None:
+        if details is None:
+            activity.heartbeat()
+        else:
+            activity.heartbeat(details)

@@ -1,0 +1,73 @@
+"""What the workflow and the guarded activity exchange. Plain dataclasses of JSON types only, so
+the payloads stay readable in Temporal's UI and no pickle is ever involved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+RUN_GUARDED = "cronwarden.run_guarded"
+
+# Outcomes a run reports in-band (as a successful activity result), so Temporal never retries a
+# decision that is final.
+RAN = "ran"
+ALREADY_DONE = "already-done"
+OVERLAP_LOCKED = "overlap-locked"
+
+# Failure types (ApplicationError.type). The first two are final: retrying cannot help.
+UNKNOWN_JOB = "UnknownJob"
+INVALID_ARGS = "InvalidArgs"
+INVALID_RESULT = "InvalidResult"
+LEASE_LOST = "LeaseLost"
+JOB_FAILED = "JobFailed"
+NON_RETRYABLE_TYPES = [UNKNOWN_JOB, INVALID_ARGS, INVALID_RESULT]
+
+KEY_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def logical_key(schedule_id: str, fire_time: datetime) -> str:
+    """`{schedule_id}@{fire time, UTC, whole seconds}`: the name of a run everywhere."""
+    return f"{schedule_id}@{format_fire_time(fire_time)}"
+
+
+def format_fire_time(fire_time: datetime) -> str:
+    if fire_time.tzinfo is None:
+        raise ValueError(f"fire time {fire_time!r} has no time zone; cronwarden works in UTC")
+    return fire_time.astimezone(UTC).strftime(KEY_TIME_FORMAT)
+
+
+def parse_fire_time(text: str) -> datetime:
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError(f"fire time '{text}' has no time zone; give it in UTC (…Z)")
+    return value.astimezone(UTC).replace(microsecond=0)
+
+
+@dataclass
+class GuardedRunInput:
+    schedule_id: str
+    logical_key: str
+    fire_time: str
+    """ISO 8601, UTC."""
+    job: str
+    args: dict[str, Any]
+    args_digest: str
+    lock_name: str
+    lock_ttl_seconds: float
+    heartbeat_grace_seconds: float
+
+
+@dataclass
+class RunOutcome:
+    outcome: str
+    """`ran`, `already-done` or `overlap-locked`."""
+    logical_key: str
+    result: dict[str, Any] | None = None
+    fencing_token: int | None = None
+    attempt: int = 1
+    args_mismatch: bool = False
+    """The key was done with other args than this run's (reported, never re-run)."""
+    held_by: str | None = None
+    """For `overlap-locked`: the logical key holding the lease."""
+    notes: list[str] = field(default_factory=list)

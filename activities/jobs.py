@@ -1,0 +1,137 @@
+"""The job API: `@job` registers an async function; the guard calls it with a `JobContext`.
+
+A job's long work happens outside any transaction. Its database writes go through
+`ctx.transaction()`, which hands out the connection of the run's ONE commit transaction: the
+fencing check, the outbox record and the heartbeat commit with those writes or not at all.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import structlog
+from pydantic import BaseModel, ValidationError
+
+from cronwarden.errors import InvalidInput
+
+JobResult = Mapping[str, Any] | None
+JobFunction = Callable[["JobContext"], Awaitable[JobResult]]
+
+
+class JobContext(Protocol):
+    """What a running job sees. The guard provides the implementation."""
+
+    schedule_id: str
+    fire_time: datetime
+    """Nominal fire time (aware UTC): the schedule's slot, not when the run actually started."""
+    logical_key: str
+    """`{schedule_id}@{fire_time}`: names this run everywhere."""
+    idempotency_key: str
+    """Equal to the logical key. Pass it to every external API the job calls."""
+    attempt: int
+    args: Any
+    """The schedule's args, validated by the job's `args_model` when it has one, else a dict."""
+    log: structlog.typing.FilteringBoundLogger
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """The asyncpg connection inside the run's commit transaction. Enter it at most once."""
+        ...
+
+    async def heartbeat(self, details: Any = None) -> None:
+        """Tell Temporal this run is alive (the guard also does it in the background)."""
+        ...
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    func: JobFunction
+    read_only: bool
+    args_model: type[BaseModel] | None
+
+    def validate_args(self, args: Mapping[str, Any]) -> Any:
+        """The args as the job will see them; InvalidArgs names each bad field."""
+        if self.args_model is None:
+            return dict(args)
+        try:
+            return self.args_model.model_validate(dict(args))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(args)'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise InvalidArgs(f"args for job '{self.name}' are invalid: {problems}") from exc
+
+
+class InvalidArgs(InvalidInput):
+    """Args that fail the job's `args_model`: a run with them fails without retrying."""
+
+
+class UnknownJob(InvalidInput):
+    """A schedule names a job no imported module registered."""
+
+
+class JobRegistry:
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobSpec] = {}
+
+    def register(self, spec: JobSpec) -> None:
+        existing = self._jobs.get(spec.name)
+        if existing is not None and existing.func is not spec.func:
+            # Two functions under one name would make the schedule's meaning depend on import
+            # order: refuse it loudly at import time.
+            raise ValueError(
+                f"job '{spec.name}' is registered twice "
+                f"({existing.func.__module__}.{existing.func.__qualname__} and "
+                f"{spec.func.__module__}.{spec.func.__qualname__})"
+            )
+        self._jobs[spec.name] = spec
+
+    def get(self, name: str) -> JobSpec:
+        try:
+            return self._jobs[name]
+        except KeyError:
+            known = ", ".join(sorted(self._jobs)) or "none registered"
+            raise UnknownJob(f"unknown job '{name}' (known: {known})") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._jobs
+
+    def names(self) -> list[str]:
+        return sorted(self._jobs)
+
+
+REGISTRY = JobRegistry()
+
+
+def job(
+    name: str, *, read_only: bool = False, args_model: type[BaseModel] | None = None
+) -> Callable[[JobFunction], JobFunction]:
+    """Register an async job function under `name`.
+
+    `read_only=True` declares that the job has no side effects; only such jobs may use the
+    `allow_all` overlap policy.
+    """
+
+    def register(func: JobFunction) -> JobFunction:
+        REGISTRY.register(JobSpec(name=name, func=func, read_only=read_only, args_model=args_model))
+        return func
+
+    return register
+
+
+def import_job_modules(modules: list[str]) -> JobRegistry:
+    """Import the modules of `CRONWARDEN_JOBS` so their `@job` decorators run."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise InvalidInput(
+                f"cannot import job module '{module}' named in CRONWARDEN_JOBS: {exc}"
+            ) from exc
+    return REGISTRY

@@ -1,0 +1,138 @@
+"""`cronwarden dev`: the whole stack on this machine, from wheels, with state kept between runs.
+
+Order matters on the way up (Postgres and Temporal before the worker, migrations before the
+schedules) and on the way down (the worker drains while both servers are still up, then
+Temporal stops, then Postgres).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from rich.console import Console
+
+from activities.jobs import import_job_modules
+from cronwarden import temporal
+from cronwarden.config import Settings
+from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
+from cronwarden.errors import InvalidInput
+from cronwarden.worker_runtime import run_worker
+from schedules.apply import apply_definitions
+from schedules.model import load_schedule_file
+from store.migrate import migrate
+from store.pool import connect, create_pool
+
+DATABASE = "cronwarden"
+# A job module may carry the DDL of its own demo tables; `dev` runs it after the migrations.
+DEV_SETUP_SQL = "DEV_SETUP_SQL"
+
+
+@dataclass(frozen=True)
+class DevOptions:
+    state_dir: Path
+    temporal_port: int
+    ui_port: int
+    postgres_port: int
+    schedules_file: Path
+    jobs: str
+
+
+def _schedules_path(path: Path) -> Path:
+    if path.exists():
+        return path
+    if path == Path("examples/schedules.yaml"):
+        # Run from outside a checkout: use the copy installed with the package.
+        with resources.as_file(resources.files("examples") / "schedules.yaml") as packaged:
+            return packaged
+    raise InvalidInput(f"schedule file {path} does not exist")
+
+
+def write_env_file(path: Path, settings: Settings) -> None:
+    lines = [
+        "# Written by `cronwarden dev`: point a second shell at the same stack with",
+        f"#   set -a; . {path}; set +a",
+        f"CRONWARDEN_TEMPORAL_ADDRESS={settings.temporal_address}",
+        f"CRONWARDEN_NAMESPACE={settings.namespace}",
+        f"CRONWARDEN_TASK_QUEUE={settings.task_queue}",
+        f"CRONWARDEN_DATABASE_URL={settings.dsn}",
+        f"CRONWARDEN_JOBS={settings.jobs}",
+        "",
+    ]
+    path.write_text("\n".join(lines))
+
+
+async def _run_setup_sql(settings: Settings) -> None:
+    conn = await connect(settings.dsn)
+    try:
+        await migrate(conn)
+        for module_name in settings.job_modules():
+            sql = getattr(importlib.import_module(module_name), DEV_SETUP_SQL, None)
+            if isinstance(sql, str):
+                await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def run_dev(options: DevOptions, *, console: Console) -> None:
+    state = options.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+    schedules_file = _schedules_path(options.schedules_file)
+    settings = Settings(
+        temporal_address=f"127.0.0.1:{options.temporal_port}",
+        database_url=f"postgresql://postgres@127.0.0.1:{options.postgres_port}/{DATABASE}",  # type: ignore[arg-type]
+        jobs=options.jobs,
+        graceful_shutdown_seconds=10,
+    )
+    registry = import_job_modules(settings.job_modules())
+    # Refuse a bad schedule file before starting anything.
+    definitions = load_schedule_file(schedules_file, registry)
+
+    postgres = EmbeddedPostgres(
+        data_dir=state / "postgres", port=options.postgres_port, log_file=state / "postgres.log"
+    )
+    server = EmbeddedTemporal(
+        port=options.temporal_port,
+        ui_port=options.ui_port,
+        db_file=state / "temporal.db",
+        log_file=state / "temporal.log",
+    )
+    console.print(f"starting Postgres on 127.0.0.1:{options.postgres_port} …")
+    await asyncio.to_thread(postgres.start)
+    try:
+        await asyncio.to_thread(postgres.create_database, DATABASE)
+        console.print(f"starting Temporal on {server.address} …")
+        await asyncio.to_thread(server.start)
+        try:
+            await _run_setup_sql(settings)
+            client = await temporal.connect(settings)
+            pool = await create_pool(settings.dsn)
+            try:
+                changes = await apply_definitions(
+                    client, pool, definitions, task_queue=settings.task_queue
+                )
+                env_file = state / "env"
+                write_env_file(env_file, settings)
+                console.print(
+                    f"\n[bold]cronwarden dev is up[/]\n"
+                    f"  Temporal UI   {server.ui_url}\n"
+                    f"  Temporal      {server.address} (namespace {settings.namespace})\n"
+                    f"  Postgres      {settings.dsn}\n"
+                    f"  schedules     "
+                    + ", ".join(f"{c.schedule_id} ({c.action})" for c in changes)
+                    + f"\n  second shell  set -a; . {env_file}; set +a; cronwarden --help\n"
+                    "  Ctrl-C stops everything; run it again to resume with the same state.\n",
+                    markup=True,
+                )
+                await run_worker(settings, client=client, pool=pool)
+            finally:
+                await pool.close()
+        finally:
+            console.print("stopping Temporal …")
+            await asyncio.to_thread(server.stop)
+    finally:
+        console.print("stopping Postgres …")
+        await asyncio.to_thread(postgres.stop)

@@ -1,0 +1,99 @@
+"""The worker process: poll the task queue until told to stop, then drain."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from datetime import timedelta
+
+import asyncpg
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.guard import GuardedRun
+from activities.jobs import JobRegistry, import_job_modules
+from cronwarden import temporal
+from cronwarden.config import Settings
+from cronwarden.logs import get_logger
+from store.pool import create_pool
+from workflows.scheduled_run import ScheduledRunWorkflow
+
+log = get_logger("cronwarden.worker")
+
+
+def worker_identity() -> str:
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+def build_worker(
+    *,
+    client: Client,
+    pool: asyncpg.Pool,
+    registry: JobRegistry,
+    task_queue: str,
+    graceful_shutdown: timedelta,
+    max_concurrent_activities: int = 100,
+) -> Worker:
+    guarded = GuardedRun(
+        pool=pool, registry=registry, client=client, worker_identity=worker_identity()
+    )
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[ScheduledRunWorkflow],
+        activities=[guarded.run_guarded],
+        graceful_shutdown_timeout=graceful_shutdown,
+        max_concurrent_activities=max_concurrent_activities,
+    )
+
+
+async def run_worker(
+    settings: Settings,
+    *,
+    client: Client | None = None,
+    pool: asyncpg.Pool | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run until `stop` is set or SIGINT/SIGTERM arrives; in-flight runs get the graceful
+    timeout to finish, after which they are cancelled (and retried elsewhere)."""
+    registry = import_job_modules(settings.job_modules())
+    own_pool = pool is None
+    if client is None:
+        client = await temporal.connect(settings)
+    if pool is None:
+        pool = await create_pool(settings.dsn)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):
+            pass
+    try:
+        worker = build_worker(
+            client=client,
+            pool=pool,
+            registry=registry,
+            task_queue=settings.task_queue,
+            graceful_shutdown=timedelta(seconds=settings.graceful_shutdown_seconds),
+        )
+        log.info(
+            "worker.started",
+            task_queue=settings.task_queue,
+            namespace=settings.namespace,
+            jobs=registry.names(),
+            identity=worker_identity(),
+        )
+        async with worker:
+            await stop.wait()
+            log.info("worker.draining", graceful_seconds=settings.graceful_shutdown_seconds)
+        log.info("worker.stopped")
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if own_pool:
+            await pool.close()

@@ -1,0 +1,257 @@
+"""Checks cron expressions against the grammar Temporal Schedules accept, and lints them.
+
+Temporal evaluates the spec; we only refuse what it would reject or silently misread, so a bad
+expression fails when the file is checked instead of when the schedule is created or, worse, at
+the first surprising fire time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+MACROS = frozenset(
+    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+)
+
+_MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_DAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday")
+
+
+@dataclass(frozen=True)
+class _Field:
+    name: str
+    low: int
+    high: int
+    names: tuple[str, ...] = ()
+    name_base: int = 0
+    """The number the first name stands for (January is 1, Sunday is 0)."""
+    min_prefix: int = 0
+    """Shortest accepted name prefix: Temporal reads 3 letters for months, 2 for days."""
+    cycle: int | None = None
+    """Length of the wrap-around cycle for the tiling check; None means the field is not checked."""
+    unit: str = ""
+
+
+_MINUTE = _Field("minute", 0, 59, cycle=60, unit="minute")
+_HOUR = _Field("hour", 0, 23, cycle=24, unit="hour")
+# Day-of-month steps are not checked for tiling: months have 28 to 31 days, so no step above 1
+# keeps an even gap across every month end, and a check would refuse every `*/2`. People who write
+# `*/2` there mean "odd days of the month" and accept the short gap; an even cadence is `every: 2d`.
+_DAY_OF_MONTH = _Field("day-of-month", 1, 31)
+_MONTH = _Field("month", 1, 12, names=_MONTHS, name_base=1, min_prefix=3, cycle=12, unit="month")
+# 7 is accepted as Sunday like 0, so the cycle is 7 even though values run 0-7.
+_DAY_OF_WEEK = _Field(
+    "day-of-week", 0, 7, names=_DAYS, name_base=0, min_prefix=2, cycle=7, unit="day"
+)
+# Years never wrap around, so a step there is always a deliberate "every other year".
+_YEAR = _Field("year", 2000, 2100)
+
+_FIELDS = (_MINUTE, _HOUR, _DAY_OF_MONTH, _MONTH, _DAY_OF_WEEK, _YEAR)
+
+_FIELD_NAMES_5 = "minute hour day-of-month month day-of-week"
+
+_LAST_DAY = re.compile(r"[0-9]*L|L-[0-9]+|LW", re.IGNORECASE)
+_NEAREST_WEEKDAY = re.compile(r"[0-9]+W", re.IGNORECASE)
+_COMMENT = re.compile(r"(^|\s)#")
+_NUMBER = re.compile(r"[0-9]+")
+
+
+class _FieldError(ValueError):
+    """A problem inside one field; `validate_cron` adds which field and its text."""
+
+    def __init__(self, message: str, *, part: str | None = None) -> None:
+        super().__init__(message)
+        self.part = part
+        """The comma-separated item the message is about, when the message does not name it."""
+
+
+def validate_cron(expr: str) -> str:
+    """The expression with its fields joined by single spaces; ValueError says what is wrong."""
+    text = expr.strip()
+    if not text:
+        raise ValueError("the cron expression is empty")
+    if text.upper().startswith(("TZ=", "CRON_TZ=")):
+        # Fire times, heartbeat deadlines and logical keys are all UTC; a per-spec zone would make
+        # the same slot mean different instants in different places, and DST would skip or repeat
+        # runs.
+        raise ValueError(
+            f"'{expr}': TZ= and CRON_TZ= prefixes are refused: schedules run in UTC only, "
+            "so write the times in UTC"
+        )
+    if _COMMENT.search(text):
+        raise ValueError(
+            f"'{expr}': comments (#) are not allowed inside a cron expression; "
+            "put a YAML comment after the quoted value instead"
+        )
+    if text.startswith("@"):
+        return _check_macro(text)
+
+    fields = text.split()
+    if len(fields) not in (5, 6):
+        raise ValueError(
+            f"'{expr}' has {len(fields)} fields; use 5 ({_FIELD_NAMES_5}) "
+            f"or 6 ({_FIELD_NAMES_5} year)"
+        )
+    for field, field_text in zip(_FIELDS, fields, strict=False):
+        try:
+            for part in field_text.split(","):
+                _check_part(field, part)
+        except _FieldError as exc:
+            raise ValueError(_field_message(field, field_text, exc)) from None
+    return " ".join(fields)
+
+
+def _field_message(field: _Field, field_text: str, exc: _FieldError) -> str:
+    if exc.part is None:
+        message = f"{field.name} field '{field_text}': {exc}"
+    elif exc.part == field_text:
+        message = f"{field.name} field '{field_text}' {exc}"
+    else:
+        message = f"{field.name} field '{field_text}': '{exc.part}' {exc}"
+    if field is _YEAR:
+        # Other cron dialects put seconds first; Temporal reads a 6th field as the year, so
+        # "*/10 * * * * *" would not mean "every 10 seconds".
+        message += " (the 6th field is the year, not seconds)"
+    return message
+
+
+def _check_macro(text: str) -> str:
+    if text.startswith("@every"):
+        # Temporal would accept it, but as an interval, which our file already spells `every:`;
+        # one spelling keeps `every` the only place interval rules (like its minimum) are checked.
+        raise ValueError(f"'{text}': use `every:` instead of '@every' (e.g. every: 15m)")
+    if text in MACROS:
+        return text
+    known = ", ".join(sorted(MACROS))
+    raise ValueError(f"'{text}' is not a cron macro Temporal knows; use one of {known}")
+
+
+def _check_part(field: _Field, part: str) -> None:
+    if not part:
+        raise _FieldError("an item between commas is empty")
+    _refuse_unsupported(part)
+
+    base, slash, step_text = part.partition("/")
+    step: int | None = None
+    if slash:
+        if not _NUMBER.fullmatch(step_text):
+            raise _FieldError(f"step '{step_text}' in '{part}' is not a whole number")
+        step = int(step_text)
+        if step < 1:
+            raise _FieldError(f"step {step} in '{part}' must be at least 1")
+
+    if base == "*":
+        start, end = field.low, field.high
+    elif "-" in base:
+        first, _, last = base.partition("-")
+        if not first or not last or "-" in last:
+            raise _FieldError(f"'{part}' is not a range; write it as start-end, e.g. 1-5")
+        start, end = _value(field, first), _value(field, last)
+        if end < start:
+            raise _FieldError(f"range '{base}' ends before it starts")
+    else:
+        start = _value(field, base)
+        # Temporal reads "x/y" as x up to the field's maximum in steps of y.
+        end = field.high if step is not None else start
+
+    cycle = field.cycle
+    if step is not None and cycle is not None and _spans_cycle(field, cycle, base, start, end):
+        _check_tiling(field, cycle, part, start, end, step)
+
+
+def _refuse_unsupported(part: str) -> None:
+    # Quartz and other dialects use these; Temporal's parser rejects or misreads them, so say which
+    # feature is missing rather than a generic "malformed".
+    if "?" in part:
+        raise _FieldError("'?' is not supported by Temporal's cron; use * instead")
+    if "#" in part:
+        raise _FieldError(
+            "'#' (nth weekday of the month) is not supported by Temporal's cron; combine a "
+            "day-of-month range with the weekday instead (Temporal requires both to match), "
+            "e.g. '0 9 8-14 * mon' for the second Monday"
+        )
+    base = part.partition("/")[0]
+    if _LAST_DAY.fullmatch(base):
+        raise _FieldError("'L' (last day) is not supported by Temporal's cron; list the days")
+    if _NEAREST_WEEKDAY.fullmatch(base):
+        raise _FieldError("'W' (nearest weekday) is not supported by Temporal's cron")
+
+
+def _value(field: _Field, text: str) -> int:
+    if _NUMBER.fullmatch(text):
+        number = int(text)
+        if not field.low <= number <= field.high:
+            raise _FieldError(f"{number} is outside {field.low}-{field.high}")
+        return number
+    if field.names and len(text) >= field.min_prefix:
+        lowered = text.lower()
+        for index, name in enumerate(field.names):
+            if name.startswith(lowered):
+                return index + field.name_base
+    if field.names:
+        examples = ", ".join(name[: max(field.min_prefix, 3)] for name in field.names[:3])
+        raise _FieldError(
+            f"'{text}' is not a {field.name} number ({field.low}-{field.high}) "
+            f"or name ({examples}, ...)"
+        )
+    raise _FieldError(f"'{text}' is not a number in {field.low}-{field.high}")
+
+
+def _spans_cycle(field: _Field, cycle: int, base: str, start: int, end: int) -> bool:
+    """Whether a stepped part runs to the end of the cycle, so its last gap wraps around."""
+    if "-" not in base:
+        return True
+    # A bounded range like 5-20/5 is a deliberate window, so its gap back to the next window is
+    # intended; a range covering the whole field (0-23/5) is just `*` spelled out, and wraps.
+    return start == field.low and end >= field.low + cycle - 1
+
+
+def _check_tiling(field: _Field, cycle: int, part: str, start: int, end: int, step: int) -> None:
+    # A step that does not divide the cycle restarts at the top of it: `*/5` hours fires at 20:00
+    # and then at 00:00, four hours later. People write it meaning "every 5 hours", and the short
+    # gap shows up as a double run nobody expected, so we refuse it and name the real fire times.
+    values = sorted({(v - field.low) % cycle + field.low for v in range(start, end + 1, step)})
+    gaps = [b - a for a, b in itertools.pairwise(values)]
+    wrap = values[0] + cycle - values[-1]
+    if wrap == step and all(gap == step for gap in gaps):
+        return
+
+    fires = ",".join(str(v) for v in values)
+    unit = f"{field.unit}s"
+    if cycle % step == 0:
+        # The step is fine; the start is past the first step, so only one pass fits per cycle.
+        advice = f"start below the step (e.g. '{start % step}/{step}') or list the {unit}"
+    else:
+        divisors = ", ".join(str(d) for d in range(1, cycle) if cycle % d == 0)
+        advice = f"use a step that divides {cycle} ({divisors}) or list the {unit}"
+    if wrap != step:
+        raise _FieldError(
+            f"does not tile {cycle} {unit}: it fires at {fires} and then waits "
+            f"{_count(wrap, field.unit)} at the wrap-around; {advice}",
+            part=part,
+        )
+    # Only reachable for day-of-week, where 7 folds onto 0 and shortens a gap in the middle.
+    raise _FieldError(
+        f"does not tile {cycle} {unit}: it fires at {fires} (7 is Sunday, like 0), "
+        f"so the gaps between runs are uneven; {advice}",
+        part=part,
+    )
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit}" if n == 1 else f"{n} {unit}s"

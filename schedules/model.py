@@ -1,0 +1,389 @@
+"""The schedule file: one `ScheduleDefinition` per entry, all checked before anything is applied.
+
+`load_schedule_file` reports every problem in the file at once, each naming its entry and field,
+so a user fixes a file in one pass instead of one error per run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Hashable
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from activities.jobs import InvalidArgs, JobRegistry, UnknownJob
+from cronwarden.errors import InvalidInput, ScheduleFileError
+from schedules.cron import validate_cron
+from schedules.durations import format_duration, parse_duration
+
+_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_LOCK_MAX = 200
+
+
+class Overlap(StrEnum):
+    """What Temporal does when a fire time comes while the previous run is still going."""
+
+    skip = "skip"
+    buffer_one = "buffer_one"
+    allow_all = "allow_all"
+
+
+# Floors for the duration fields, with the reason each exists (shown to the user when refused).
+_MINIMUMS: dict[str, tuple[timedelta, str]] = {
+    "every": (timedelta(seconds=1), "Temporal's interval resolution is one second"),
+    "catchup_window": (timedelta(seconds=10), "Temporal's floor for a catchup window"),
+    "lock_ttl": (
+        timedelta(seconds=5),
+        "a shorter lease can lapse between renewals on a busy worker",
+    ),
+    "timeout": (timedelta(seconds=1), "a run needs at least a second to start"),
+}
+
+
+class ScheduleDefinition(BaseModel):
+    """One entry of a schedule file, validated on its own (job checks need a registry)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    id: str
+    """Schedule id in Temporal and every table: 1-63 lowercase letters, digits and dashes."""
+    job: str
+    """Name of the registered job the schedule runs."""
+    cron: str | None = None
+    """When to fire, as a 5- or 6-field cron expression in UTC (6th field is the year)."""
+    every: timedelta | None = None
+    """When to fire, as a fixed interval from the epoch (e.g. 15m); set this or `cron`."""
+    overlap: Overlap = Overlap.skip
+    """What to do with a fire time that arrives while the previous run is still going."""
+    catchup_window: timedelta = timedelta(hours=1)
+    """How late a missed fire time (server down, schedule paused) may still run."""
+    pause_on_failure: bool = Field(default=True, strict=True)
+    """Pause the schedule after a run fails, so a broken job is looked at instead of retried."""
+    heartbeat_grace: timedelta = timedelta(minutes=15)
+    """How long after an expected run its absence pages someone."""
+    lock: str | None = None
+    """Shared lock name, for schedules that must never run at the same time as each other."""
+    lock_ttl: timedelta = timedelta(seconds=60)
+    """Lease lifetime between renewals: a dead worker blocks the lock at most this long."""
+    timeout: timedelta = timedelta(minutes=15)
+    """Longest a single attempt of the job may run before it is cancelled."""
+    max_attempts: int = Field(default=3, ge=1, le=100, strict=True)
+    """How many times the activity is tried before the run counts as failed."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Arguments handed to the job, checked against its `args_model` when it has one."""
+
+    @field_validator("id", mode="after")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not _ID.fullmatch(value):
+            raise ValueError(
+                f"'{value}' is not a valid id: use 1-63 lowercase letters, digits and dashes, "
+                "starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("cron", mode="after")
+    @classmethod
+    def _check_cron(cls, value: str | None) -> str | None:
+        return None if value is None else validate_cron(value)
+
+    @field_validator(
+        "every", "catchup_window", "heartbeat_grace", "lock_ttl", "timeout", mode="before"
+    )
+    @classmethod
+    def _parse_duration(cls, value: object, info: ValidationInfo) -> object:
+        if value is None and info.field_name == "every":
+            return None
+        duration = _duration(value)
+        floor = _MINIMUMS.get(info.field_name or "")
+        if floor is not None and duration < floor[0]:
+            raise ValueError(
+                f"{format_duration(duration)} is below the minimum of "
+                f"{format_duration(floor[0])} ({floor[1]})"
+            )
+        return duration
+
+    @field_validator("lock", mode="after")
+    @classmethod
+    def _check_lock(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip():
+            # An empty name would silently fall back to nothing shared; say so instead.
+            raise ValueError("the lock name is empty; remove `lock` to use schedule:{id}")
+        if len(value) > _LOCK_MAX:
+            raise ValueError(f"the lock name is {len(value)} characters; the limit is {_LOCK_MAX}")
+        return value
+
+    @field_validator("args", mode="after")
+    @classmethod
+    def _check_args_are_json(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Args travel as JSON (Temporal payloads, the digest); YAML can also produce dates, sets and
+        # the like, which would fail far from the file, so refuse them here with their path.
+        _require_json(value, "args")
+        return value
+
+    @model_validator(mode="after")
+    def _check_one_trigger(self) -> ScheduleDefinition:
+        if self.cron is not None and self.every is not None:
+            raise ValueError("set exactly one of `cron` and `every`: this entry sets both")
+        if self.cron is None and self.every is None:
+            raise ValueError("set exactly one of `cron` and `every`: this entry sets neither")
+        return self
+
+    @property
+    def lock_name(self) -> str:
+        """The lock a run must hold: the shared one if named, else one private to this schedule."""
+        return self.lock or f"schedule:{self.id}"
+
+    def args_digest(self) -> str:
+        """A stable fingerprint of the args, independent of key order in the file."""
+        canonical = json.dumps(self.args, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        # Lets a definition be rebuilt from its own model_dump(); YAML never produces one.
+        return value
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"expected a duration such as 15m, got {value!r}")
+    if not isinstance(value, str):
+        # A bare number would be seconds to pydantic and minutes to half our users: refuse it.
+        raise ValueError(f"{value} has no unit: add s, m, h or d (e.g. '{value}s' or '{value}m')")
+    return parse_duration(value)
+
+
+def _require_json(value: object, path: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{path} is {value}, which JSON cannot carry")
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _require_json(item, f"{path}[{index}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{path} has the key {key!r}; keys must be strings (quote it)")
+            _require_json(item, f"{path}.{key}")
+        return
+    raise ValueError(
+        f"{path} is a {type(value).__name__} ({value!r}); use strings, numbers, booleans, null, "
+        "lists and mappings only (quote dates and times)"
+    )
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load, except that a key repeated in one mapping is an error.
+
+    Plain YAML keeps the last of two `cron:` lines without a word, so the schedule would run on a
+    spec the author may not know is there.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Hashable] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found the key {key!r} twice",
+                    key_node.start_mark,
+                )
+            if isinstance(key, Hashable):
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_schedule_file(path: str | Path, registry: JobRegistry) -> list[ScheduleDefinition]:
+    """The definitions of a schedule file, in file order; ScheduleFileError lists every problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"schedule file '{path}' does not exist") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"schedule file '{path}' is not UTF-8 text") from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read schedule file '{path}': {exc.strerror or exc}") from None
+    return parse_schedule_text(text, registry, source=str(path))
+
+
+def parse_schedule_text(
+    text: str, registry: JobRegistry, *, source: str = "<schedules>"
+) -> list[ScheduleDefinition]:
+    """Like `load_schedule_file`, for YAML already in memory; `source` names it in errors."""
+    try:
+        # yaml.load with a SafeLoader subclass: as safe as safe_load, plus the duplicate-key check.
+        document = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        raise ScheduleFileError(source, [_yaml_problem(exc)]) from None
+
+    entries, problems = _entries(document)
+    definitions: list[ScheduleDefinition] = []
+    for number, entry in enumerate(entries, start=1):
+        definition, entry_problems = _check_entry(number, entry, registry)
+        problems.extend(entry_problems)
+        if definition is not None:
+            definitions.append(definition)
+    problems.extend(_duplicate_ids(entries))
+    if problems:
+        raise ScheduleFileError(source, problems)
+    return definitions
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is not None:
+        return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return f"invalid YAML: {problem}"
+
+
+def _entries(document: object) -> tuple[list[object], list[str]]:
+    # An empty file and a bare `schedules:` are refused rather than read as "no schedules": with
+    # `apply --prune`, a file truncated by accident would otherwise delete every schedule.
+    shape = "a mapping with a `schedules` list (write `schedules: []` for none)"
+    if document is None:
+        return [], [f"the file is empty; it must be {shape}"]
+    if not isinstance(document, dict):
+        return [], [f"the top level is a {_kind(document)}; it must be {shape}"]
+    problems = [
+        f"unknown top-level key {key!r}{_suggest(str(key), ['schedules'])}"
+        for key in document
+        if key != "schedules"
+    ]
+    if "schedules" not in document:
+        return [], [*problems, f"the `schedules` key is missing; the file must be {shape}"]
+    entries = document["schedules"]
+    if entries is None:
+        return [], [*problems, f"`schedules` is empty; the file must be {shape}"]
+    if not isinstance(entries, list):
+        return [], [*problems, f"`schedules` is a {_kind(entries)}; it must be a list"]
+    return entries, problems
+
+
+def _check_entry(
+    number: int, entry: object, registry: JobRegistry
+) -> tuple[ScheduleDefinition | None, list[str]]:
+    label = _label(number, entry)
+    if not isinstance(entry, dict):
+        return None, [f"{label} is a {_kind(entry)}; each entry must be a mapping of fields"]
+    try:
+        definition = ScheduleDefinition.model_validate(entry)
+    except ValidationError as exc:
+        problems = [f"{label}{_pydantic_problem(err)}" for err in exc.errors()]
+        # Still say when the job is unknown: it is independent of the other fields, and fixing
+        # the file in one pass is the point of collecting problems.
+        job = entry.get("job")
+        if isinstance(job, str) and job not in registry:
+            problems.append(f"{label}, field 'job': {_unknown_job(registry, job)}")
+        return None, problems
+
+    try:
+        spec = registry.get(definition.job)
+    except UnknownJob as exc:
+        return None, [f"{label}, field 'job': {exc}"]
+    problems = []
+    if definition.overlap is Overlap.allow_all and not spec.read_only:
+        # Only a job that declares itself free of side effects may overlap itself: two runs of
+        # anything else could each apply the same change.
+        problems.append(
+            f"{label}, field 'overlap': overlap allow_all is refused for job '{spec.name}': "
+            "it is not read_only, so two concurrent runs could both apply their side effects; "
+            "use skip or buffer_one"
+        )
+    try:
+        spec.validate_args(definition.args)
+    except InvalidArgs as exc:
+        problems.append(f"{label}, field 'args': {exc}")
+    return (None if problems else definition), problems
+
+
+def _unknown_job(registry: JobRegistry, name: str) -> str:
+    try:
+        registry.get(name)
+    except UnknownJob as exc:
+        return str(exc)
+    return f"unknown job '{name}'"
+
+
+def _label(number: int, entry: object) -> str:
+    if isinstance(entry, dict):
+        schedule_id = entry.get("id")
+        if isinstance(schedule_id, str) and _ID.fullmatch(schedule_id):
+            return f"schedule '{schedule_id}' (entry {number})"
+    return f"entry {number}"
+
+
+def _pydantic_problem(err: ErrorDetails) -> str:
+    loc = err["loc"]
+    if not loc:
+        return f": {_message(err)}"
+    field = str(loc[0])
+    if err["type"] == "extra_forbidden":
+        known = list(ScheduleDefinition.model_fields)
+        return f": unknown field '{field}'{_suggest(field, known)}"
+    where = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+    return f", field '{where}': {_message(err)}"
+
+
+def _message(err: ErrorDetails) -> str:
+    if err["type"] == "value_error":
+        # Our own validators already write a sentence with the offending value.
+        return str(err.get("ctx", {}).get("error", err["msg"]))
+    if err["type"] == "missing":
+        return "is required"
+    shown = repr(err["input"])
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return f"{err['msg']} (got {shown})"
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _duplicate_ids(entries: list[object]) -> list[str]:
+    # Checked on the raw entries, so an id repeated by an otherwise broken entry is still reported.
+    numbers_by_id: dict[str, list[int]] = {}
+    for number, entry in enumerate(entries, start=1):
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            numbers_by_id.setdefault(entry["id"], []).append(number)
+    problems = []
+    for schedule_id, numbers in numbers_by_id.items():
+        if len(numbers) > 1:
+            listed = ", ".join(str(n) for n in numbers[:-1]) + f" and {numbers[-1]}"
+            problems.append(f"id '{schedule_id}' is used by entries {listed}")
+    return problems
+
+
+def _kind(value: object) -> str:
+    names = {dict: "mapping", list: "list", str: "string", int: "number", float: "number"}
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return names.get(type(value), type(value).__name__)

@@ -1,0 +1,52 @@
+"""Heartbeat rows (`cronwarden.heartbeats`): what the absence monitor watches."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+# Written by `schedules apply`: the first expected fire, so a schedule that never runs at all is
+# noticed too. Last-success fields are left alone on an update.
+_EXPECT = """
+INSERT INTO cronwarden.heartbeats AS h (schedule_id, next_expected_at, grace, updated_at)
+VALUES ($1, $2, $3, now())
+ON CONFLICT (schedule_id) DO UPDATE
+   SET next_expected_at = EXCLUDED.next_expected_at,
+       grace = EXCLUDED.grace,
+       updated_at = now()
+"""
+
+_EXPECT_IF_MISSING = """
+INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, grace, updated_at)
+VALUES ($1, $2, $3, now())
+ON CONFLICT (schedule_id) DO NOTHING
+"""
+
+_RECORD_FAILURE = """
+UPDATE cronwarden.heartbeats
+   SET last_error = $2, updated_at = now()
+ WHERE schedule_id = $1
+"""
+
+_GET = "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1"
+
+
+async def expect(
+    conn: Any, *, schedule_id: str, next_expected_at: datetime | None, grace: timedelta
+) -> None:
+    await conn.execute(_EXPECT, schedule_id, next_expected_at, grace)
+
+
+async def expect_if_missing(
+    conn: Any, *, schedule_id: str, next_expected_at: datetime | None, grace: timedelta
+) -> None:
+    await conn.execute(_EXPECT_IF_MISSING, schedule_id, next_expected_at, grace)
+
+
+async def record_failure(conn: Any, *, schedule_id: str, error: str) -> None:
+    await conn.execute(_RECORD_FAILURE, schedule_id, error[:2000])
+
+
+async def get(conn: Any, schedule_id: str) -> dict[str, Any] | None:
+    row = await conn.fetchrow(_GET, schedule_id)
+    return dict(row) if row is not None else None

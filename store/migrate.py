@@ -1,0 +1,89 @@
+"""Numbered, forward-only migrations, applied under an advisory lock.
+
+Two replicas starting at once both call `migrate`: the advisory lock makes the second wait until
+the first has finished, then find nothing left to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import asyncpg
+
+from cronwarden.errors import CronwardenError
+
+# Arbitrary but fixed: the key every cronwarden process locks before touching the schema.
+MIGRATION_LOCK_KEY = 0x63726F6E77617264  # "cronward"
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def available_migrations() -> list[Migration]:
+    found: list[Migration] = []
+    for entry in resources.files("store").joinpath("migrations").iterdir():
+        match = _NAME.match(entry.name)
+        if match is None:
+            continue
+        found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise CronwardenError(f"two migrations share a version number: {versions}")
+    return found
+
+
+async def migrate(conn: asyncpg.Connection) -> list[Migration]:
+    """Apply every pending migration; returns the ones this call applied."""
+    applied_now: list[Migration] = []
+    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+    try:
+        await conn.execute(
+            """
+            CREATE SCHEMA IF NOT EXISTS cronwarden;
+            CREATE TABLE IF NOT EXISTS cronwarden.schema_migrations (
+                version    integer PRIMARY KEY,
+                name       text        NOT NULL,
+                checksum   text        NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            );
+            """
+        )
+        rows = await conn.fetch("SELECT version, name, checksum FROM cronwarden.schema_migrations")
+        done = {r["version"]: r for r in rows}
+        for migration in available_migrations():
+            row = done.get(migration.version)
+            if row is not None:
+                if row["checksum"] != migration.checksum:
+                    # Forward-only: a released migration that changed would leave databases
+                    # migrated before and after the edit in different shapes.
+                    raise CronwardenError(
+                        f"migration {migration.version:04d}_{migration.name} was edited after it "
+                        "was applied; add a new migration instead"
+                    )
+                continue
+            async with conn.transaction():
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    "INSERT INTO cronwarden.schema_migrations (version, name, checksum)"
+                    " VALUES ($1, $2, $3)",
+                    migration.version,
+                    migration.name,
+                    migration.checksum,
+                )
+            applied_now.append(migration)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
+    return applied_now

@@ -1,0 +1,58 @@
+"""The asyncpg pool, with connection failures turned into one sentence naming where."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+
+from cronwarden.config import describe_dsn
+from cronwarden.errors import Unreachable
+
+# Errors that mean "the server is not there or would not let us in", as opposed to a bug.
+_CONNECT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+)
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    # JSON payloads only: results and args travel as jsonb, never pickled.
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+def unreachable(dsn: str, exc: BaseException) -> Unreachable:
+    reason = str(exc).strip() or type(exc).__name__
+    return Unreachable(f"cannot reach Postgres at {describe_dsn(dsn)}: {reason}")
+
+
+async def create_pool(
+    dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
+) -> asyncpg.Pool:
+    try:
+        pool = await asyncpg.create_pool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            init=_init_connection,
+            server_settings={"application_name": "cronwarden"},
+        )
+    except _CONNECT_ERRORS as exc:
+        raise unreachable(dsn, exc) from exc
+    assert pool is not None
+    return pool
+
+
+async def connect(dsn: str, *, timeout: float = 10.0) -> asyncpg.Connection:
+    try:
+        conn: Any = await asyncpg.connect(
+            dsn, timeout=timeout, server_settings={"application_name": "cronwarden"}
+        )
+    except _CONNECT_ERRORS as exc:
+        raise unreachable(dsn, exc) from exc
+    await _init_connection(conn)
+    return conn

@@ -1,0 +1,52 @@
+"""Jobs the tests run. Their effects go to `test_effects`, which has NO unique constraint: a
+duplicate application shows up as a second row instead of being swallowed."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from activities import JobContext, job
+
+EFFECTS_DDL = """
+CREATE TABLE IF NOT EXISTS public.test_effects (
+    logical_key text        NOT NULL,
+    attempt     integer     NOT NULL,
+    started_at  timestamptz NOT NULL,
+    finished_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+"""
+
+
+class ProbeArgs(BaseModel):
+    sleep: float = Field(default=0.0, ge=0)
+    fail_attempts: int = Field(default=0, ge=0)
+    """Raise on attempts 1..fail_attempts, succeed after."""
+    write: bool = True
+
+
+@job("probe", args_model=ProbeArgs)
+async def probe(ctx: JobContext) -> dict[str, Any]:
+    args: ProbeArgs = ctx.args
+    started = datetime.now(UTC)
+    if ctx.attempt <= args.fail_attempts:
+        raise RuntimeError(f"probe failing on purpose (attempt {ctx.attempt})")
+    await asyncio.sleep(args.sleep)
+    if args.write:
+        async with ctx.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO public.test_effects (logical_key, attempt, started_at)"
+                " VALUES ($1, $2, $3)",
+                ctx.logical_key,
+                ctx.attempt,
+                started,
+            )
+    return {"attempt": ctx.attempt, "key": ctx.idempotency_key}
+
+
+@job("noop-digest", read_only=True)
+async def noop_digest(ctx: JobContext) -> None:
+    return None

@@ -1,0 +1,112 @@
+"""ScheduledRunWorkflow: derive the logical key, call the guarded activity.
+
+The key is built from the NOMINAL fire time (`TemporalScheduledStartTime`), not from when the
+workflow actually started: a fire that starts late after an outage, or a retry, names the same
+slot, which is what lets the outbox recognise it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.contract import (
+        NON_RETRYABLE_TYPES,
+        OVERLAP_LOCKED,
+        RUN_GUARDED,
+        GuardedRunInput,
+        RunOutcome,
+        logical_key,
+        parse_fire_time,
+    )
+
+WORKFLOW_NAME = "ScheduledRunWorkflow"
+SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
+# Heartbeats from a live activity come every 2 s: missing them this long means the worker died.
+ACTIVITY_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+
+
+@dataclass
+class ScheduledRunInput:
+    """The schedule's action argument: one object, so it can grow without breaking histories."""
+
+    schedule_id: str
+    job: str
+    args: dict[str, Any] = field(default_factory=dict)
+    args_digest: str = ""
+    overlap: str = "skip"
+    lock_name: str = ""
+    lock_ttl_seconds: float = 60.0
+    timeout_seconds: float = 900.0
+    heartbeat_grace_seconds: float = 900.0
+    max_attempts: int = 3
+    fire_time: str | None = None
+    """Set by replays (backfill, tests): the nominal fire time to run. Scheduled fires leave it
+    empty and the workflow reads `TemporalScheduledStartTime`."""
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class ScheduledRunWorkflow:
+    @workflow.run
+    async def run(self, inp: ScheduledRunInput) -> RunOutcome:
+        fire_time = self._fire_time(inp)
+        key = logical_key(inp.schedule_id, fire_time)
+        timeout = timedelta(seconds=inp.timeout_seconds)
+        activity_input = GuardedRunInput(
+            schedule_id=inp.schedule_id,
+            logical_key=key,
+            fire_time=fire_time.isoformat(),
+            job=inp.job,
+            args=inp.args,
+            args_digest=inp.args_digest,
+            lock_name=inp.lock_name or f"schedule:{inp.schedule_id}",
+            lock_ttl_seconds=inp.lock_ttl_seconds,
+            heartbeat_grace_seconds=inp.heartbeat_grace_seconds,
+        )
+        give_up_at = workflow.now() + timeout
+        wait = timedelta(seconds=1)
+        while True:
+            outcome: RunOutcome = await workflow.execute_activity(
+                RUN_GUARDED,
+                activity_input,
+                result_type=RunOutcome,
+                start_to_close_timeout=timeout,
+                heartbeat_timeout=min(ACTIVITY_HEARTBEAT_TIMEOUT, timeout),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=1),
+                    backoff_coefficient=2.0,
+                    maximum_interval=timedelta(seconds=60),
+                    maximum_attempts=inp.max_attempts,
+                    non_retryable_error_types=NON_RETRYABLE_TYPES,
+                ),
+            )
+            # buffer_one: this fire waits its turn behind whoever holds the lease (another
+            # schedule sharing the lock, a replay) instead of being dropped.
+            if (
+                outcome.outcome == OVERLAP_LOCKED
+                and inp.overlap == "buffer_one"
+                and workflow.now() + wait < give_up_at
+            ):
+                await workflow.sleep(wait)
+                wait = min(wait * 2, timedelta(seconds=30))
+                continue
+            return outcome
+
+    @staticmethod
+    def _fire_time(inp: ScheduledRunInput) -> datetime:
+        if inp.fire_time:
+            return parse_fire_time(inp.fire_time)
+        scheduled = workflow.info().typed_search_attributes.get(SCHEDULED_START_TIME)
+        if scheduled is None:
+            raise ApplicationError(
+                "no fire time: this run was started outside a schedule without `fire_time`",
+                type="NoFireTime",
+                non_retryable=True,
+            )
+        return parse_fire_time(scheduled.isoformat())
