@@ -21,7 +21,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,6 +85,10 @@ def _port_taken(host: str, port: int) -> bool:
             raise CronwardenError(f"cannot bind {host}:{port}: {exc.strerror}") from exc
     # BSD-derived systems let SO_REUSEADDR bind next to a wildcard listener, so a bind that
     # succeeded there proves little: ask whether anyone answers.
+    return _tcp_answers(host, port)
+
+
+def _tcp_answers(host: str, port: int) -> bool:
     with socket.socket(_family(host), socket.SOCK_STREAM) as client:
         client.settimeout(0.5)
         return client.connect_ex((host, port)) == 0
@@ -162,6 +166,15 @@ def _log_tail(log_file: Path, offset: int) -> str:
     return "\n".join(lines) if lines else "(log is empty)"
 
 
+@contextlib.contextmanager
+def _file_errors(what: str) -> Iterator[None]:
+    """Turn a filesystem failure while preparing `what` into a sentence instead of a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise CronwardenError(f"cannot prepare {what}: {exc}") from exc
+
+
 def _open_log(log_file: Path, header: str) -> tuple[int, int]:
     """Open `log_file` for appending; return its fd and the offset where this run's lines begin."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -174,22 +187,25 @@ def _open_log(log_file: Path, header: str) -> tuple[int, int]:
 def _spawn(
     argv: Sequence[str], *, log_fd: int, env: dict[str, str], run_as: _RunAs | None
 ) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=log_fd,
-        stderr=subprocess.STDOUT,
-        env=env,
-        # Own process group: a Ctrl-C in the terminal reaches only us, so the servers are still up
-        # while we shut our workers down, and we stop them afterwards, in order.
-        process_group=0,
-        user=run_as.uid if run_as else None,
-        group=run_as.gid if run_as else None,
-        # Without this the child would keep root's supplementary groups.
-        extra_groups=[] if run_as else None,
-        # The account we switch to may not be allowed into our working directory.
-        cwd="/",
-    )
+    try:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            env=env,
+            # Own process group: a Ctrl-C in the terminal reaches only us, so the servers are still
+            # up while we shut our workers down, and we stop them afterwards, in order.
+            process_group=0,
+            user=run_as.uid if run_as else None,
+            group=run_as.gid if run_as else None,
+            # Without this the child would keep root's supplementary groups.
+            extra_groups=[] if run_as else None,
+            # The account we switch to may not be allowed into our working directory.
+            cwd="/",
+        )
+    except OSError as exc:
+        raise CronwardenError(f"cannot run {argv[0]}: {exc}") from exc
 
 
 def _wait_gone(is_gone: Callable[[], bool], timeout: float) -> bool:
@@ -252,13 +268,7 @@ def _wait_ready(
             )
         if ready(left):
             return
-        time.sleep(min(_POLL_INTERVAL, max(left, 0.0)))
-
-
-def _tcp_answers(host: str, port: int) -> bool:
-    with socket.socket(_family(host), socket.SOCK_STREAM) as client:
-        client.settimeout(0.5)
-        return client.connect_ex((host, port)) == 0
+        time.sleep(min(_POLL_INTERVAL, left))
 
 
 # --- Postgres -------------------------------------------------------------------------------------
@@ -381,14 +391,17 @@ class EmbeddedPostgres:
         started = time.monotonic()
         deadline = started + timeout
         bin_dir = _postgres_bin_dir()
-        run_as = _postgres_run_as(bin_dir)
-        self._prepare_files(run_as)
+        with _file_errors(f"the Postgres binaries in {bin_dir}"):
+            run_as = _postgres_run_as(bin_dir)
+        with _file_errors(f"the Postgres data directory {self.data_dir}"):
+            self._prepare_files(run_as)
         # Before the port check: a Postgres left running by a crashed run may hold our port.
         self._stop_stale_postmaster(deadline)
         ensure_port_free(
             self.port, what="the embedded Postgres", flag="--postgres-port", host=self.host
         )
-        log_fd, log_offset = _open_log(self.log_file, f"starting Postgres on port {self.port}")
+        with _file_errors(f"the Postgres log {self.log_file}"):
+            log_fd, log_offset = _open_log(self.log_file, f"starting Postgres on port {self.port}")
         try:
             if not (self.data_dir / "PG_VERSION").exists():
                 self._initdb(bin_dir, run_as, log_fd, log_offset, deadline, timeout)
@@ -546,7 +559,16 @@ class EmbeddedPostgres:
                 timeout=max(deadline - time.monotonic(), 1.0),
                 check=True,
             )
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        except BaseException as exc:
+            # The directory was empty before initdb (checked in _prepare_files); a killed initdb
+            # leaves a half-made cluster that would make every later start refuse the directory.
+            for child in self.data_dir.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+            if not isinstance(exc, subprocess.CalledProcessError | subprocess.TimeoutExpired):
+                raise
             reason = (
                 f"did not finish within {timeout:g}s"
                 if isinstance(exc, subprocess.TimeoutExpired)
@@ -690,18 +712,21 @@ class EmbeddedTemporal:
         )
         if self.ui_port is not None:
             ensure_port_free(self.ui_port, what="the Temporal UI", flag="--ui-port", host=self.host)
-        if self.db_file is not None:
-            # The dev server checks the parent exists but does not create it.
-            self.db_file.parent.mkdir(parents=True, exist_ok=True)
-        log_fd, log_offset = _open_log(self.log_file, f"starting Temporal on port {self.port}")
+        files = f"{self.log_file}" + (f" and {self.db_file}" if self.db_file else "")
+        with _file_errors(f"the Temporal files {files}"):
+            if self.db_file is not None:
+                # The dev server checks that the parent exists but does not create it.
+                self.db_file.parent.mkdir(parents=True, exist_ok=True)
+            log_fd, log_offset = _open_log(self.log_file, f"starting Temporal on port {self.port}")
         try:
             self._proc = _spawn(
                 self._server_argv(binary), log_fd=log_fd, env=_child_env("TEMPORAL_"), run_as=None
             )
         finally:
             os.close(log_fd)
-        self._pid_file.write_text(f"{self._proc.pid}\n")
         try:
+            with _file_errors(f"the Temporal pid file {self._pid_file}"):
+                self._pid_file.write_text(f"{self._proc.pid}\n")
             _wait_ready(
                 what=f"the Temporal dev server on {self.address}",
                 proc=self._proc,
@@ -758,8 +783,8 @@ class EmbeddedTemporal:
             self.host,
             "--port",
             str(self.port),
-            # Left unset, the CLI picks these itself; picking them with free_port keeps them out of
-            # the way of ports another stack (or test session) has picked but not yet bound.
+            # Pinned rather than left to the CLI, so every port of the stack comes from free_port,
+            # which parks what it hands out: two stacks starting at once cannot pick the same one.
             "--http-port",
             str(free_port(self.host)),
             "--metrics-port",

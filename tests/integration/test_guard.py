@@ -1,0 +1,283 @@
+"""The guard under duplicates, takeovers and failures: runs started directly (as replays are),
+bypassing the schedule, so each test controls exactly which executions of a key exist."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.worker import Worker
+
+from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN, RunOutcome, logical_key
+from store import locks
+from tests.integration.conftest import fetch, wait_for
+from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
+
+pytestmark = pytest.mark.integration
+
+FIRE = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+
+
+def digest(args: dict[str, Any]) -> str:
+    return hashlib.sha256(
+        json.dumps(args, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+async def start_run(
+    client: Client,
+    task_queue: str,
+    schedule_id: str,
+    *,
+    args: dict[str, Any] | None = None,
+    fire: datetime = FIRE,
+    job: str = "probe",
+    lock_ttl: float = 10.0,
+    timeout: float = 30.0,
+    max_attempts: int = 3,
+    overlap: str = "skip",
+) -> WorkflowHandle[Any, RunOutcome]:
+    args = args or {}
+    inp = ScheduledRunInput(
+        schedule_id=schedule_id,
+        job=job,
+        args=args,
+        args_digest=digest(args),
+        overlap=overlap,
+        lock_name=f"schedule:{schedule_id}",
+        lock_ttl_seconds=lock_ttl,
+        timeout_seconds=timeout,
+        heartbeat_grace_seconds=60,
+        max_attempts=max_attempts,
+        fire_time=fire.isoformat(),
+    )
+    return await client.start_workflow(
+        ScheduledRunWorkflow.run,
+        inp,
+        id=f"{schedule_id}-replay-{fire:%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:6]}",
+        task_queue=task_queue,
+    )
+
+
+async def effects(pool: asyncpg.Pool, key: str) -> int:
+    rows = await fetch(pool, "SELECT count(*) AS n FROM test_effects WHERE logical_key = $1", key)
+    return int(rows[0]["n"])
+
+
+async def outbox_rows(pool: asyncpg.Pool, key: str) -> int:
+    rows = await fetch(
+        pool, "SELECT count(*) AS n FROM cronwarden.outbox WHERE logical_key = $1", key
+    )
+    return int(rows[0]["n"])
+
+
+def failure_type(exc: WorkflowFailureError) -> str | None:
+    cause = exc.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.cause
+    return cause.type if isinstance(cause, ApplicationError) else None
+
+
+async def test_twenty_concurrent_executions_of_one_key_apply_once(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    handles = await asyncio.gather(
+        *(start_run(client, task_queue, schedule_id, args={"sleep": 0.5}) for _ in range(20))
+    )
+    outcomes = await asyncio.gather(*(h.result() for h in handles))
+    kinds = [o.outcome for o in outcomes]
+    key = logical_key(schedule_id, FIRE)
+    assert kinds.count(RAN) == 1, kinds
+    assert set(kinds) <= {RAN, ALREADY_DONE, OVERLAP_LOCKED}
+    assert await outbox_rows(pool, key) == 1
+    assert await effects(pool, key) == 1
+
+
+async def test_a_committed_key_reports_already_done_without_running_again(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    first = await (await start_run(client, task_queue, schedule_id)).result()
+    second = await (await start_run(client, task_queue, schedule_id)).result()
+    assert (first.outcome, second.outcome) == (RAN, ALREADY_DONE)
+    assert second.args_mismatch is False
+    assert await effects(pool, logical_key(schedule_id, FIRE)) == 1
+
+
+async def test_a_key_done_with_other_args_is_reported_not_rerun(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    await (await start_run(client, task_queue, schedule_id, args={"sleep": 0})).result()
+    again = await (await start_run(client, task_queue, schedule_id, args={"sleep": 0.1})).result()
+    assert again.outcome == ALREADY_DONE
+    assert again.args_mismatch is True
+    assert await effects(pool, logical_key(schedule_id, FIRE)) == 1
+
+
+async def test_a_holder_whose_lease_was_taken_over_cannot_commit(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    # TTL 30 s: no renewal happens during the 3 s job, so it is the commit's fencing check
+    # (not the renewal) that must refuse the stale holder.
+    handle = await start_run(
+        client, task_queue, schedule_id, args={"sleep": 3}, lock_ttl=30, max_attempts=1
+    )
+    lock = f"schedule:{schedule_id}"
+    held = await wait_for(
+        lambda: fetch(
+            pool, "SELECT token FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL", lock
+        ),
+        timeout=10,
+        what="the run to take its lease",
+    )
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET expires_at = now() - interval '1 second' WHERE name = $1",
+            lock,
+        )
+        intruder = await locks.acquire(
+            conn, name=lock, holder="intruder", ttl_seconds=60, logical_key="intruder@x"
+        )
+    assert intruder.token is not None and intruder.token > held[0]["token"]
+
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == "LeaseLost"
+    key = logical_key(schedule_id, FIRE)
+    assert await outbox_rows(pool, key) == 0
+    assert await effects(pool, key) == 0
+    # The intruder's lease is untouched by the stale holder's attempt to release.
+    rows = await fetch(pool, "SELECT holder, token FROM cronwarden.locks WHERE name = $1", lock)
+    assert (rows[0]["holder"], rows[0]["token"]) == ("intruder", intruder.token)
+
+
+async def test_the_renewal_notices_a_lost_lease_and_stops_the_job(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    handle = await start_run(
+        client, task_queue, schedule_id, args={"sleep": 20}, lock_ttl=6, max_attempts=1
+    )
+    lock = f"schedule:{schedule_id}"
+    await wait_for(
+        lambda: fetch(
+            pool, "SELECT 1 FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL", lock
+        ),
+        timeout=10,
+        what="the run to take its lease",
+    )
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET expires_at = now() - interval '1 second' WHERE name = $1",
+            lock,
+        )
+        await locks.acquire(conn, name=lock, holder="intruder", ttl_seconds=60, logical_key="i@x")
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    # Well before the 20 s job would have ended: the renewal (every 2 s) caught it.
+    assert asyncio.get_running_loop().time() - started < 15
+    assert failure_type(failed.value) == "LeaseLost"
+    assert await effects(pool, logical_key(schedule_id, FIRE)) == 0
+
+
+async def test_a_job_longer_than_its_lease_keeps_it_by_renewing(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    outcome = await (
+        await start_run(client, task_queue, schedule_id, args={"sleep": 8}, lock_ttl=5)
+    ).result()
+    assert outcome.outcome == RAN
+    assert outcome.attempt == 1
+    assert await effects(pool, logical_key(schedule_id, FIRE)) == 1
+
+
+async def test_a_failing_job_is_retried_and_applies_once(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    outcome = await (
+        await start_run(client, task_queue, schedule_id, args={"fail_attempts": 1})
+    ).result()
+    assert (outcome.outcome, outcome.attempt) == (RAN, 2)
+    assert await effects(pool, logical_key(schedule_id, FIRE)) == 1
+
+
+async def test_a_job_failing_every_attempt_fails_the_run_and_records_the_error(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
+            schedule_id,
+        )
+    handle = await start_run(
+        client, task_queue, schedule_id, args={"fail_attempts": 5}, max_attempts=2
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == "JobFailed"
+    beat = await fetch(
+        pool, "SELECT last_error FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
+    )
+    assert "probe failing on purpose (attempt 2)" in beat[0]["last_error"]
+    assert await outbox_rows(pool, logical_key(schedule_id, FIRE)) == 0
+
+
+@pytest.mark.parametrize(
+    ("job", "args", "expected"),
+    [("no-such-job", {}, "UnknownJob"), ("probe", {"sleep": "long"}, "InvalidArgs")],
+)
+async def test_unknown_jobs_and_bad_args_fail_without_retrying(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+    job: str,
+    args: dict[str, Any],
+    expected: str,
+) -> None:
+    handle = await start_run(client, task_queue, schedule_id, job=job, args=args, max_attempts=5)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == expected
+    activity_error = failed.value.cause
+    assert isinstance(activity_error, ActivityError)
+    history = await handle.fetch_history()
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert attempts == [1], "a final error must not be retried"
+
+
+async def test_buffer_one_waits_for_the_lease_instead_of_dropping_the_fire(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    lock = f"schedule:{schedule_id}"
+    async with pool.acquire() as conn:
+        held = await locks.acquire(
+            conn, name=lock, holder="other", ttl_seconds=60, logical_key="o@x"
+        )
+    assert held.token is not None
+    handle = await start_run(client, task_queue, schedule_id, overlap="buffer_one")
+    async with pool.acquire() as conn:
+        await wait_for(
+            lambda: _history_has_timer(handle), timeout=10, what="the run to wait for the lease"
+        )
+        await locks.release(conn, name=lock, token=held.token)
+    outcome = await handle.result()
+    assert outcome.outcome == RAN
+    assert await effects(pool, logical_key(schedule_id, FIRE)) == 1
+
+
+async def _history_has_timer(handle: WorkflowHandle[Any, Any]) -> bool:
+    history = await handle.fetch_history()
+    return any(e.HasField("timer_started_event_attributes") for e in history.events)

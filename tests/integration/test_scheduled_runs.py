@@ -1,0 +1,127 @@
+"""Schedules firing for real on the dev server, through the worker and the guard."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.contract import format_fire_time, logical_key
+from schedules.apply import apply_definitions
+from schedules.model import ScheduleDefinition
+from tests.integration.conftest import fetch, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def definition(schedule_id: str, **fields: Any) -> ScheduleDefinition:
+    base: dict[str, Any] = {
+        "id": schedule_id,
+        "job": "probe",
+        "every": "2s",
+        "catchup_window": "1m",
+        "heartbeat_grace": "1m",
+        "lock_ttl": "10s",
+        "timeout": "30s",
+    }
+    base.update(fields)
+    return ScheduleDefinition.model_validate(base)
+
+
+async def test_each_fire_commits_one_outbox_row_one_effect_and_a_heartbeat(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    defn = definition(schedule_id)
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        rows = await wait_for(
+            lambda: _outbox(pool, schedule_id, at_least=3),
+            timeout=30,
+            what="three committed fires",
+        )
+    finally:
+        await handle.delete()
+
+    effects = await fetch(pool, "SELECT logical_key, count(*) AS n FROM test_effects GROUP BY 1")
+    effect_counts = {r["logical_key"]: r["n"] for r in effects}
+    for row in rows:
+        fire: datetime = row["fire_time"]
+        # The workflow id is Temporal's: schedule id + the nominal fire time it chose.
+        assert row["workflow_id"] == f"{schedule_id}-{format_fire_time(fire)}"
+        assert row["logical_key"] == logical_key(schedule_id, fire)
+        assert effect_counts.get(row["logical_key"]) == 1
+        assert row["args_digest"] == defn.args_digest()
+    fires = sorted(r["fire_time"] for r in rows)
+    assert all((b - a).total_seconds() % 2 == 0 for a, b in zip(fires, fires[1:], strict=False))
+
+    beat = (
+        await fetch(pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id)
+    )[0]
+    latest = max(rows, key=lambda r: r["fire_time"])
+    assert beat["last_fire_time"] >= latest["fire_time"]
+    assert beat["last_success_at"] is not None
+    assert beat["next_expected_at"] > beat["last_fire_time"]
+    assert beat["last_error"] is None
+
+
+async def test_the_nominal_fire_time_is_the_one_temporal_scheduled(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        await wait_for(lambda: _outbox(pool, schedule_id, at_least=2), timeout=30, what="2 fires")
+        recent = (await handle.describe()).info.recent_actions
+    finally:
+        await handle.delete()
+    committed = {
+        r["workflow_id"]: r["fire_time"]
+        for r in await fetch(
+            pool, "SELECT * FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id
+        )
+    }
+    matched = 0
+    for action in recent:
+        wf_id = action.action.workflow_id  # type: ignore[attr-defined]
+        if wf_id in committed:
+            assert committed[wf_id] == action.scheduled_at.replace(microsecond=0)
+            matched += 1
+    assert matched >= 1
+
+
+async def test_skip_overlap_never_runs_a_slow_schedule_twice_at_once(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    # Each run takes 5 s on a 2 s schedule: Temporal must skip fires, never overlap them.
+    defn = definition(schedule_id, overlap="skip", args={"sleep": 5})
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        await wait_for(lambda: _outbox(pool, schedule_id, at_least=2), timeout=40, what="2 runs")
+
+        async def skipped() -> int:
+            return (await handle.describe()).info.num_actions_skipped_overlap
+
+        assert await wait_for(skipped, timeout=20, what="skipped-overlap count") >= 1
+    finally:
+        await handle.delete()
+    effects = await fetch(
+        pool, "SELECT started_at, finished_at FROM test_effects ORDER BY started_at"
+    )
+    assert len(effects) >= 2
+    for earlier, later in zip(effects, effects[1:], strict=False):
+        assert later["started_at"] >= earlier["finished_at"], "two runs overlapped"
+
+
+async def _outbox(pool: asyncpg.Pool, schedule_id: str, *, at_least: int) -> list[asyncpg.Record]:
+    rows = await fetch(
+        pool,
+        "SELECT * FROM cronwarden.outbox WHERE schedule_id = $1 ORDER BY fire_time",
+        schedule_id,
+    )
+    return rows if len(rows) >= at_least else []
