@@ -8,6 +8,8 @@ fencing check, the outbox record and the heartbeat commit with those writes or n
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -127,6 +129,11 @@ def job(
 
 def import_job_modules(modules: list[str]) -> JobRegistry:
     """Import the modules of `CRONWARDEN_JOBS` so their `@job` decorators run."""
+    # `cronwarden` is a console script, so unlike `python -m` it does not put the working
+    # directory on sys.path; job modules of the project it is run from must still import.
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
     for module in modules:
         try:
             importlib.import_module(module)

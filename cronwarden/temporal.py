@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from temporalio.client import Client
@@ -38,6 +39,15 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
     )
 
 
+def _plain_reason(text: str) -> str:
+    """The human part of the SDK's connect error (it wraps the Rust transport's debug output)."""
+    for pattern in (r'message: "([^"]+)"', r'error: "([^"]+)"'):
+        match = re.search(pattern, text)
+        if match:
+            return match[1]
+    return text.removeprefix("Failed client connect: ").strip()
+
+
 async def connect(settings: Settings) -> Client:
     api_key = settings.temporal_api_key.get_secret_value() if settings.temporal_api_key else None
     try:
@@ -49,7 +59,7 @@ async def connect(settings: Settings) -> Client:
         )
     except RuntimeError as exc:
         # The SDK reports connection failures as RuntimeError("Failed client connect: ...").
-        reason = str(exc).removeprefix("Failed client connect: ").strip()
+        reason = _plain_reason(str(exc))
         raise Unreachable(
             f"cannot reach Temporal at {settings.temporal_address} "
             f"(namespace {settings.namespace}): {reason}"

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.worker import Worker
 
 from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN, RunOutcome, logical_key
@@ -80,9 +80,9 @@ async def outbox_rows(pool: asyncpg.Pool, key: str) -> int:
 
 
 def failure_type(exc: WorkflowFailureError) -> str | None:
-    cause = exc.cause
+    cause: BaseException | None = exc.cause
     while cause is not None and not isinstance(cause, ApplicationError):
-        cause = cause.cause
+        cause = cause.__cause__ if not isinstance(cause, FailureError) else cause.cause
     return cause.type if isinstance(cause, ApplicationError) else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import datetime
 from typing import Any
 
@@ -57,7 +58,7 @@ async def test_each_fire_commits_one_outbox_row_one_effect_and_a_heartbeat(
         assert effect_counts.get(row["logical_key"]) == 1
         assert row["args_digest"] == defn.args_digest()
     fires = sorted(r["fire_time"] for r in rows)
-    assert all((b - a).total_seconds() % 2 == 0 for a, b in zip(fires, fires[1:], strict=False))
+    assert all((b - a).total_seconds() % 2 == 0 for a, b in itertools.pairwise(fires))
 
     beat = (
         await fetch(pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id)
@@ -114,7 +115,7 @@ async def test_skip_overlap_never_runs_a_slow_schedule_twice_at_once(
         pool, "SELECT started_at, finished_at FROM test_effects ORDER BY started_at"
     )
     assert len(effects) >= 2
-    for earlier, later in zip(effects, effects[1:], strict=False):
+    for earlier, later in itertools.pairwise(effects):
         assert later["started_at"] >= earlier["finished_at"], "two runs overlapped"
 
 

@@ -1,0 +1,207 @@
+"""The `cronwarden` command as scripts see it: exit codes, one-sentence errors, and what
+`schedules apply` does (and does not do) to Temporal and Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import asyncpg
+import pytest
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+)
+
+from schedules.apply import describe_or_none
+from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+
+async def cli(env: dict[str, str], *args: str) -> Result:
+    proc = await asyncio.create_subprocess_exec(
+        *cronwarden_argv("--log-json", *args),
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / f"schedules-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+GOOD = """
+  - id: {good}
+    job: probe
+    every: 10s
+"""
+
+# One bad entry each, next to a good one: the whole file must be refused, the good one included.
+BAD_ENTRIES = {
+    "bad cron": ("cron", '    job: probe\n    cron: "61 * * * *"\n'),
+    "bad every": ("every", "    job: probe\n    every: 10x\n"),
+    "cron and every": (
+        "exactly one of `cron` and `every`",
+        '    job: probe\n    cron: "* * * * *"\n    every: 1m\n',
+    ),
+    "neither cron nor every": ("exactly one of `cron` and `every`", "    job: probe\n"),
+    "unknown job": ("unknown job 'no-such-job'", "    job: no-such-job\n    every: 1m\n"),
+    "allow_all on a mutating job": (
+        "allow_all",
+        "    job: probe\n    every: 1m\n    overlap: allow_all\n",
+    ),
+    "catchup under 10s": (
+        "catchup_window",
+        "    job: probe\n    every: 1m\n    catchup_window: 5s\n",
+    ),
+    "hours step that does not tile": (
+        "does not tile 24 hours",
+        '    job: probe\n    cron: "0 */5 * * *"\n',
+    ),
+    "minutes step that does not tile": (
+        "does not tile 60 minutes",
+        '    job: probe\n    cron: "*/7 * * * *"\n',
+    ),
+    "bad duration": ("timeout", "    job: probe\n    every: 1m\n    timeout: 15 minutes\n"),
+    "unknown field": ("unknown field 'retries'", "    job: probe\n    every: 1m\n    retries: 3\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ENTRIES))
+async def test_a_file_with_one_bad_entry_applies_nothing_and_exits_2(
+    case: str, tmp_path: Path, cli_env: dict[str, str], client: Client
+) -> None:
+    expected, body = BAD_ENTRIES[case]
+    good, bad = f"ok-{uuid.uuid4().hex[:8]}", f"bad-{uuid.uuid4().hex[:8]}"
+    path = write(tmp_path, "schedules:" + GOOD.format(good=good) + f"  - id: {bad}\n" + body)
+    result = await cli(cli_env, "schedules", "apply", str(path))
+    assert result.code == 2, result
+    assert f"schedule '{bad}'" in result.stderr
+    assert expected in result.stderr
+    assert "nothing applied" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert good not in result.stderr
+    assert await describe_or_none(client, good) is None
+
+
+async def test_duplicate_ids_are_refused(
+    tmp_path: Path, cli_env: dict[str, str], client: Client
+) -> None:
+    sid = f"dup-{uuid.uuid4().hex[:8]}"
+    path = write(tmp_path, "schedules:" + GOOD.format(good=sid) + GOOD.format(good=sid))
+    result = await cli(cli_env, "schedules", "apply", str(path))
+    assert result.code == 2
+    assert sid in result.stderr and "entries 1 and 2" in result.stderr
+    assert await describe_or_none(client, sid) is None
+
+
+async def test_apply_creates_then_changes_nothing_then_updates_only_what_changed(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, pool: asyncpg.Pool
+) -> None:
+    sid = f"apply-{uuid.uuid4().hex[:8]}"
+    body = f"schedules:\n  - id: {sid}\n    job: probe\n    cron: '0 3 * * *'\n    timeout: 5m\n"
+    path = write(tmp_path, body)
+    handle = client.get_schedule_handle(sid)
+    try:
+        dry = await cli(cli_env, "schedules", "apply", "--dry-run", str(path))
+        assert dry.code == 0 and f"{sid}: would be created" in dry.stdout
+        assert await describe_or_none(client, sid) is None
+
+        first = await cli(cli_env, "schedules", "apply", str(path))
+        assert first.code == 0, first
+        assert f"{sid}: created" in first.stdout
+        desc = await handle.describe()
+        beat = await fetch(pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", sid)
+        assert beat[0]["next_expected_at"] == desc.info.next_action_times[0]
+        assert desc.info.next_action_times[0].hour == 3  # UTC, as written
+
+        second = await cli(cli_env, "schedules", "apply", str(path))
+        assert second.code == 0 and f"{sid}: unchanged" in second.stdout
+        assert "nothing to change" in second.stdout
+        assert (await handle.describe()).info.last_updated_at == desc.info.last_updated_at
+
+        await handle.pause(note="operator: investigating")
+        path.write_text(body.replace("timeout: 5m", "timeout: 7m"))
+        third = await cli(cli_env, "schedules", "apply", str(path))
+        assert third.code == 0 and f"{sid}: updated (timeout)" in third.stdout
+        after = await handle.describe()
+        # Re-applying a file must not undo an operator's pause.
+        assert after.schedule.state.paused is True
+    finally:
+        await handle.delete()
+
+
+async def test_apply_leaves_a_schedule_it_did_not_create_alone(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, task_queue: str
+) -> None:
+    sid = f"foreign-{uuid.uuid4().hex[:8]}"
+    handle = await client.create_schedule(
+        sid,
+        Schedule(
+            action=ScheduleActionStartWorkflow("SomeoneElses", id="x", task_queue=task_queue),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
+        ),
+    )
+    try:
+        path = write(tmp_path, "schedules:" + GOOD.format(good=sid))
+        result = await cli(cli_env, "schedules", "apply", str(path))
+        assert result.code == 1
+        assert "not created by cronwarden" in result.stderr
+        desc = await handle.describe()
+        assert isinstance(desc.schedule.action, ScheduleActionStartWorkflow)
+        assert desc.schedule.action.workflow == "SomeoneElses"
+    finally:
+        await handle.delete()
+
+
+async def test_unreachable_temporal_is_one_sentence_naming_the_address(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    path = write(tmp_path, "schedules:" + GOOD.format(good="x-1"))
+    env = {**cli_env, "CRONWARDEN_TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    result = await cli(env, "schedules", "apply", str(path))
+    assert result.code == 1
+    assert result.stderr.strip().startswith("error: cannot reach Temporal at 127.0.0.1:1")
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_unreachable_postgres_is_one_sentence_without_the_password(
+    cli_env: dict[str, str],
+) -> None:
+    env = {**cli_env, "CRONWARDEN_DATABASE_URL": "postgresql://app:s3cret@127.0.0.1:1/ledger"}
+    for command in (["migrate"], ["worker"]):
+        result = await cli(env, *command)
+        assert result.code == 1, result
+        assert "cannot reach Postgres at 127.0.0.1:1/ledger" in result.stderr
+        assert "s3cret" not in result.stderr + result.stdout
+        assert "Traceback" not in result.stderr
+
+
+async def test_usage_errors_exit_2(cli_env: dict[str, str], tmp_path: Path) -> None:
+    assert (await cli(cli_env, "schedules", "apply")).code == 2
+    assert (await cli(cli_env, "no-such-command")).code == 2
+    missing = await cli(cli_env, "schedules", "apply", str(tmp_path / "missing.yaml"))
+    assert missing.code == 2 and "missing.yaml" in missing.stderr
