@@ -126,3 +126,26 @@ async def _outbox(pool: asyncpg.Pool, schedule_id: str, *, at_least: int) -> lis
         schedule_id,
     )
     return rows if len(rows) >= at_least else []
+
+
+async def test_a_run_failing_after_its_retries_pauses_a_pause_on_failure_schedule(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    defn = definition(
+        schedule_id, pause_on_failure=True, max_attempts=1, args={"fail_attempts": 99}
+    )
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+
+        async def paused() -> bool:
+            return (await handle.describe()).schedule.state.paused
+
+        assert await wait_for(paused, timeout=30, what="the schedule to pause itself")
+    finally:
+        await handle.delete()
+    beat = await fetch(
+        pool, "SELECT last_error FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
+    )
+    assert "probe failing on purpose" in beat[0]["last_error"]
+    assert await _outbox(pool, schedule_id, at_least=1) == []

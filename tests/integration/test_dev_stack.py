@@ -1,0 +1,164 @@
+"""The README's first command: `cronwarden dev` brings the whole stack up from wheels, runs the
+demo, stops on Ctrl-C, and resumes with the same state when run again."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from cronwarden.embedded import free_port
+from tests.integration.conftest import REPO_ROOT, cronwarden_argv, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def ports() -> dict[str, int]:
+    return {"temporal": free_port(), "ui": free_port(), "postgres": free_port()}
+
+
+def dev_argv(state: Path, ports: dict[str, int]) -> list[str]:
+    return cronwarden_argv(
+        "--log-json",
+        "dev",
+        "--state-dir",
+        str(state),
+        "--temporal-port",
+        str(ports["temporal"]),
+        "--ui-port",
+        str(ports["ui"]),
+        "--postgres-port",
+        str(ports["postgres"]),
+    )
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def start_dev(state: Path, ports: dict[str, int], out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        dev_argv(state, ports),
+        cwd=REPO_ROOT,
+        stdout=out.open("w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+async def ledger_keys(dsn: str) -> set[str]:
+    try:
+        conn = await asyncpg.connect(dsn)
+    except (OSError, asyncpg.PostgresError):
+        return set()
+    try:
+        if not await conn.fetchval("SELECT to_regclass('public.demo_ledger') IS NOT NULL"):
+            return set()
+        rows = await conn.fetch("SELECT logical_key FROM public.demo_ledger")
+        committed = await conn.fetch("SELECT logical_key FROM cronwarden.outbox")
+    finally:
+        await conn.close()
+    ledger = {r["logical_key"] for r in rows}
+    # Every ledger posting belongs to a committed outbox record (same transaction).
+    assert ledger <= {r["logical_key"] for r in committed}
+    return ledger
+
+
+async def stop(proc: subprocess.Popen[str]) -> int:
+    proc.send_signal(signal.SIGINT)
+    return await asyncio.to_thread(proc.wait, 60)
+
+
+async def test_dev_runs_the_demo_stops_on_ctrl_c_and_resumes_with_its_state(
+    tmp_path: Path, ports: dict[str, int], processes: list[subprocess.Popen[str]]
+) -> None:
+    state = tmp_path / "state"
+    first_log = tmp_path / "first.log"
+    proc = start_dev(state, ports, first_log)
+    processes.append(proc)
+    env_file = state / "env"
+    await wait_for(lambda: _exists(env_file), timeout=60, what="the env file")
+    env = dict(
+        line.split("=", 1)
+        for line in env_file.read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    assert env["CRONWARDEN_TEMPORAL_ADDRESS"] == f"127.0.0.1:{ports['temporal']}"
+    dsn = env["CRONWARDEN_DATABASE_URL"]
+    before = await wait_for(lambda: ledger_keys(dsn), timeout=60, what="a demo posting")
+    assert f"http://127.0.0.1:{ports['ui']}" in first_log.read_text()
+    assert await stop(proc) == 0, first_log.read_text()
+    assert not _listening(ports["postgres"]) and not _listening(ports["temporal"])
+
+    second_log = tmp_path / "second.log"
+    proc = start_dev(state, ports, second_log)
+    processes.append(proc)
+    await wait_for(
+        lambda: _contains(second_log, "demo-interest (unchanged)"),
+        timeout=60,
+        what="the second start to find its schedules",
+    )
+    # The ledger of the first run is still there (same Postgres data), and it keeps growing.
+    await wait_for(lambda: _grew(dsn, before), timeout=60, what="a posting after the restart")
+    assert await stop(proc) == 0, second_log.read_text()
+
+
+async def test_dev_refuses_a_port_in_use_and_leaves_nothing_running(
+    tmp_path: Path, ports: dict[str, int]
+) -> None:
+    with socket.socket() as taken:
+        # free_port() leaves the port in TIME_WAIT; a listener may still take it.
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", ports["temporal"]))
+        taken.listen(1)
+        started = time.monotonic()
+        result = await asyncio.to_thread(
+            subprocess.run,
+            dev_argv(tmp_path / "state", ports),
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - started < 60
+    assert f"port {ports['temporal']}" in result.stderr
+    assert "--temporal-port" in result.stderr
+    assert "Traceback" not in result.stderr
+    # Postgres had started before Temporal was refused: it must have been stopped again.
+    assert not _listening(ports["postgres"])
+
+
+async def _exists(path: Path) -> bool:
+    return path.exists()
+
+
+async def _contains(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text()
+
+
+async def _grew(dsn: str, before: set[str]) -> bool:
+    return bool(await ledger_keys(dsn) - before)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
