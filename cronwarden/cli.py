@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from cronwarden.config import Settings
 from cronwarden.errors import CronwardenError, InvalidInput
@@ -42,12 +43,27 @@ def _settings() -> Settings:
         raise InvalidInput(f"invalid configuration: {exc}") from exc
 
 
+def _fail(message: str, code: int) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True)
+    return typer.Exit(code)
+
+
 def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    from asyncpg import InterfaceError, PostgresError
+    from temporalio.service import RPCError
+
     try:
         return asyncio.run(make())
     except CronwardenError as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True)
-        raise typer.Exit(exc.exit_code) from None
+        raise _fail(str(exc), exc.exit_code) from None
+    # A server that was reachable and then refused or broke off mid-operation: still one
+    # sentence, still exit 1, never a traceback.
+    except RPCError as exc:
+        raise _fail(f"Temporal refused the request ({exc.status.name}): {exc.message}", 1) from None
+    except (PostgresError, InterfaceError) as exc:
+        raise _fail(f"Postgres failed the request: {exc}", 1) from None
+    except ConnectionError as exc:
+        raise _fail(f"lost a connection: {exc}", 1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

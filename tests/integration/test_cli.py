@@ -205,3 +205,15 @@ async def test_usage_errors_exit_2(cli_env: dict[str, str], tmp_path: Path) -> N
     assert (await cli(cli_env, "no-such-command")).code == 2
     missing = await cli(cli_env, "schedules", "apply", str(tmp_path / "missing.yaml"))
     assert missing.code == 2 and "missing.yaml" in missing.stderr
+
+
+async def test_a_request_temporal_refuses_is_one_sentence_not_a_traceback(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    path = write(tmp_path, "schedules:" + GOOD.format(good="x-2"))
+    env = {**cli_env, "CRONWARDEN_NAMESPACE": "no-such-namespace"}
+    result = await cli(env, "schedules", "apply", str(path))
+    assert result.code == 1, result
+    assert result.stderr.startswith("error: ")
+    assert "no-such-namespace" in result.stderr
+    assert "Traceback" not in result.stderr
