@@ -39,6 +39,8 @@ class RunContext:
         self.conn: Any = None
         self._tx: Any = None
         self.block_exited_at: float | None = None
+        self.abandoned = False
+        """The block raised and rolled back (the job may have caught the error)."""
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
@@ -59,6 +61,7 @@ class RunContext:
         try:
             yield conn
         except BaseException:
+            self.abandoned = True
             await self.rollback()
             raise
         # The transaction stays open: the guard appends the fencing check, the outbox record and

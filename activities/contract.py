@@ -20,6 +20,9 @@ UNKNOWN_JOB = "UnknownJob"
 INVALID_ARGS = "InvalidArgs"
 INVALID_RESULT = "InvalidResult"
 LEASE_LOST = "LeaseLost"
+COMMIT_FAILED = "CommitFailed"
+OVERLAP_TIMEOUT = "OverlapTimeout"
+NO_FIRE_TIME = "NoFireTime"
 JOB_FAILED = "JobFailed"
 NON_RETRYABLE_TYPES = [UNKNOWN_JOB, INVALID_ARGS, INVALID_RESULT]
 

@@ -8,10 +8,10 @@ the commit statement is what keeps a runner that lost its lease from writing any
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.context import RunContext
 from activities.contract import (
     ALREADY_DONE,
+    COMMIT_FAILED,
     INVALID_ARGS,
     INVALID_RESULT,
     JOB_FAILED,
@@ -39,20 +40,23 @@ from activities.contract import (
 from activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
 from cronwarden.logs import get_logger
 from store import heartbeats, locks, outbox
-from store.runs import CommitRecord, commit_run
+from store.runs import CommitOutcome, CommitRecord, commit_run
 
-# Temporal heartbeats go out this often while a job runs; the workflow's heartbeat timeout is a
-# few times larger, so a dead worker is noticed in seconds, not at the job's timeout.
+# Temporal heartbeats go out this often while a run holds its lease; the workflow's heartbeat
+# timeout is a few times larger, so a dead worker is noticed in seconds, not at the timeout.
 TEMPORAL_HEARTBEAT_EVERY = 2.0
 # A job that keeps its transaction open this long after leaving `ctx.transaction()` gets a
 # warning: the commit waits for the job to return.
 SLOW_RETURN_WARNING_SECONDS = 1.0
+# Describing the schedule (for the next expected fire) must not stall a finished run's commit.
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
 
-_DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+_DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
-class LeaseLost(Exception):
-    """Our fencing token is no longer current: another runner took the lease."""
+class TransactionAbandoned(Exception):
+    """The job entered `ctx.transaction()`, the block failed and rolled back, and the job
+    returned normally anyway: marking the key done would record a run whose writes are gone."""
 
 
 class GuardedRun:
@@ -83,6 +87,8 @@ class GuardedRun:
         spec = self._job_spec(inp, log)
         args = self._validate_args(spec, inp, log)
         fire_time = parse_fire_time(inp.fire_time)
+        # Same workflow run + activity id = a Temporal retry of this very activity; the attempt
+        # number decides between two of them (see store/locks.py).
         holder = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
 
         async with self._pool.acquire() as conn:
@@ -90,6 +96,7 @@ class GuardedRun:
                 conn,
                 name=inp.lock_name,
                 holder=holder,
+                attempt=info.attempt,
                 ttl_seconds=inp.lock_ttl_seconds,
                 logical_key=inp.logical_key,
             )
@@ -102,17 +109,6 @@ class GuardedRun:
             )
         token = got.token
         log = log.bind(fencing_token=token)
-
-        # The acquire statement read the outbox from a snapshot taken before it waited on the
-        # lock row: a run of this key that committed (and released) while we waited is only
-        # visible to a fresh statement.
-        async with self._pool.acquire() as conn:
-            digest = await outbox.done_digest(conn, inp.logical_key)
-        if digest is not None:
-            await self._release(inp.lock_name, token, log)
-            return self._already_done(inp, digest, info.attempt, log)
-
-        log.info("run.started", lock=inp.lock_name)
         ctx = RunContext(
             pool=self._pool,
             schedule_id=inp.schedule_id,
@@ -122,78 +118,157 @@ class GuardedRun:
             args=args,
             log=log,
         )
-        lost = asyncio.Event()
-        job_task: asyncio.Task[Any] = asyncio.ensure_future(spec.func(ctx))
-        keeper = asyncio.create_task(
-            self._keep_alive(inp, token, lost, job_task, log), name=f"lease:{inp.logical_key}"
+        record = CommitRecord(
+            lock_name=inp.lock_name,
+            token=token,
+            logical_key=inp.logical_key,
+            schedule_id=inp.schedule_id,
+            fire_time=fire_time,
+            result=None,
+            attempt=info.attempt,
+            worker=self._worker,
+            args_digest=inp.args_digest,
+            workflow_id=info.workflow_id,
+            run_id=info.workflow_run_id,
+            next_expected_at=None,
+            grace=timedelta(seconds=inp.heartbeat_grace_seconds),
+            write_heartbeat=True,
         )
+        return await self._holding_lease(inp, spec, ctx, record, log)
+
+    async def _holding_lease(
+        self,
+        inp: GuardedRunInput,
+        spec: JobSpec,
+        ctx: RunContext,
+        record: CommitRecord,
+        log: Any,
+    ) -> RunOutcome:
+        """Everything done while we hold the lease. Every exit releases it or commits."""
+        lost = asyncio.Event()
+        # Heartbeats run on their own timer and need no connection: a starved pool delays a
+        # lease renewal but never makes Temporal think this worker died.
+        beating = asyncio.create_task(_heartbeat_temporal(), name=f"heartbeat:{ctx.logical_key}")
+        renewing: asyncio.Task[None] | None = None
+        phase = "check"
         try:
-            try:
-                result = await job_task
-            finally:
-                keeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await keeper
-            result = self._check_result(spec, result, log)
+            # The acquire statement read the outbox from a snapshot taken before it waited on
+            # the lock row: a run of this key that committed (and released) while we waited is
+            # only visible to a fresh statement.
+            async with self._pool.acquire() as conn:
+                digest = await outbox.done_digest(conn, inp.logical_key)
+            if digest is not None:
+                await self._release(record, log)
+                return self._already_done(inp, digest, record.attempt, log)
+
+            phase = "job"
+            log.info("run.started", lock=inp.lock_name)
+            job_task: asyncio.Future[Any] = asyncio.ensure_future(spec.func(ctx))
+            renewing = asyncio.create_task(
+                self._renew_lease(inp, record.token, lost, job_task, log),
+                name=f"lease:{ctx.logical_key}",
+            )
+            result = self._check_result(spec, await job_task, log)
+            if ctx.abandoned:
+                raise TransactionAbandoned(
+                    "the job caught an error raised inside ctx.transaction() and returned "
+                    "normally; its writes were rolled back, so the key is not marked done"
+                )
             if ctx.block_exited_at is not None:
                 held = time.monotonic() - ctx.block_exited_at
                 if held > SLOW_RETURN_WARNING_SECONDS:
                     log.warning("run.transaction-held-after-block", seconds=round(held, 3))
+
+            phase = "commit"
             next_expected, schedule_exists = await self._next_expected(inp.schedule_id, log)
-            record = CommitRecord(
-                lock_name=inp.lock_name,
-                token=token,
-                logical_key=inp.logical_key,
-                schedule_id=inp.schedule_id,
-                fire_time=fire_time,
+            record = replace(
+                record,
                 result=result,
-                attempt=info.attempt,
-                worker=self._worker,
-                args_digest=inp.args_digest,
-                workflow_id=info.workflow_id,
-                run_id=info.workflow_run_id,
                 next_expected_at=next_expected,
-                grace=timedelta(seconds=inp.heartbeat_grace_seconds),
                 write_heartbeat=schedule_exists,
             )
             committed = await self._commit(ctx, record)
         except asyncio.CancelledError:
-            if lost.is_set():
-                await ctx.rollback()
-                raise self._lease_lost(log) from None
-            # Worker shutdown or Temporal cancelled us: undo, free the lease for the retry.
             await ctx.rollback()
-            await asyncio.shield(self._release(inp.lock_name, token, log))
-            log.warning("run.cancelled")
+            current = asyncio.current_task()
+            if lost.is_set() and current is not None and current.cancelling() == 0:
+                # Our own renewal cancelled the job: we are not being cancelled ourselves.
+                raise self._lease_lost(log) from None
+            # Worker shutdown past its graceful timeout, or Temporal cancelled the run: free
+            # the lease so the retry does not wait out the TTL.
+            await asyncio.shield(self._release(record, log))
+            log.warning("run.cancelled", phase=phase)
             raise
         except ApplicationError:
             await ctx.rollback()
-            await self._release(inp.lock_name, token, log)
+            await self._release(record, log)
             raise
         except Exception as exc:
             await ctx.rollback()
-            await self._release(inp.lock_name, token, log)
+            if phase == "commit":
+                return await self._after_failed_commit(inp, record, exc, log)
+            await self._release(record, log)
             if lost.is_set():
                 raise self._lease_lost(log) from exc
             return await self._job_failed(inp, exc, log)
+        finally:
+            for task in (renewing, beating):
+                if task is not None:
+                    task.cancel()
+            # wait(), not gather(): it never raises the tasks' CancelledError into us, so a
+            # cancellation of this activity itself is not swallowed here.
+            await asyncio.wait([t for t in (renewing, beating) if t is not None])
 
+        return await self._finish(inp, record, committed, log)
+
+    async def _finish(
+        self, inp: GuardedRunInput, record: CommitRecord, committed: CommitOutcome, log: Any
+    ) -> RunOutcome:
         if not committed.fenced:
             raise self._lease_lost(log)
         if not committed.recorded:
             # Someone committed this key between our check and our commit; the job's writes
-            # were rolled back with our transaction.
-            await self._release(inp.lock_name, token, log)
+            # were rolled back with our transaction, and the lease is released.
             async with self._pool.acquire() as conn:
                 digest = await outbox.done_digest(conn, inp.logical_key)
-            return self._already_done(inp, digest, info.attempt, log)
-        log.info("run.committed", next_expected_at=_iso(next_expected))
+            return self._already_done(inp, digest, record.attempt, log)
+        log.info("run.committed", next_expected_at=_iso(record.next_expected_at))
         return RunOutcome(
             RAN,
             inp.logical_key,
-            result=result,
-            fencing_token=token,
-            attempt=info.attempt,
+            result=record.result,
+            fencing_token=record.token,
+            attempt=record.attempt,
         )
+
+    async def _after_failed_commit(
+        self, inp: GuardedRunInput, record: CommitRecord, exc: Exception, log: Any
+    ) -> RunOutcome:
+        """The commit raised (connection killed at COMMIT, server restart): it may or may not
+        have landed. Look, on a fresh connection, instead of guessing."""
+        try:
+            async with self._pool.acquire() as conn:
+                token = await outbox.committed_token(conn, inp.logical_key)
+        except _DB_ERRORS:
+            token = None
+        if token == record.token:
+            log.info(
+                "run.committed", note="commit outcome confirmed after an error", error=str(exc)
+            )
+            return RunOutcome(
+                RAN,
+                inp.logical_key,
+                result=record.result,
+                fencing_token=record.token,
+                attempt=record.attempt,
+            )
+        await self._release(record, log)
+        log.warning("run.commit-failed", error=f"{type(exc).__name__}: {exc}")
+        # Retryable: the retry either finds the key committed or runs it again, and the outbox
+        # keeps either from applying twice.
+        raise ApplicationError(
+            f"the commit failed and did not land: {type(exc).__name__}: {exc}", type=COMMIT_FAILED
+        ) from exc
 
     def _job_spec(self, inp: GuardedRunInput, log: Any) -> JobSpec:
         try:
@@ -216,71 +291,73 @@ class GuardedRun:
             if not isinstance(result, Mapping):
                 raise TypeError(f"a {type(result).__name__}, not a mapping")
             as_dict = dict(result)
-            json.dumps(as_dict)
+            # jsonb refuses NaN and infinities; find out here, not at commit.
+            json.dumps(as_dict, allow_nan=False)
         except (TypeError, ValueError) as exc:
             msg = f"job '{spec.name}' returned a result that is not a JSON object: {exc}"
             log.error("run.invalid-result", error=msg)
             raise ApplicationError(msg, type=INVALID_RESULT, non_retryable=True) from exc
         return as_dict
 
-    async def _commit(self, ctx: RunContext, record: CommitRecord) -> Any:
+    async def _commit(self, ctx: RunContext, record: CommitRecord) -> CommitOutcome:
         if ctx.in_transaction:
             outcome = await commit_run(ctx.conn, record)
             if outcome.fenced and outcome.recorded:
                 await ctx.commit()
-            else:
-                # Lease lost or key done meanwhile: the job's writes must not land.
-                await ctx.rollback()
+                return outcome
+            # Lease lost or key done meanwhile: the job's writes must not land. The rollback
+            # also undoes the commit statement's release, so release on its own.
+            await ctx.rollback()
+            if outcome.fenced:
+                await self._release(record, None)
             return outcome
         async with self._pool.acquire() as conn:
             return await commit_run(conn, record)
 
-    async def _keep_alive(
+    async def _renew_lease(
         self,
         inp: GuardedRunInput,
         token: int,
         lost: asyncio.Event,
-        job_task: asyncio.Task[Any],
+        job_task: asyncio.Future[Any],
         log: Any,
     ) -> None:
-        """Renew the lease every third of its TTL and heartbeat Temporal every few seconds."""
+        """Extend the lease every third of its TTL; stop the job the moment it is lost."""
         renew_every = max(inp.lock_ttl_seconds / 3, 0.5)
-        next_renewal = time.monotonic() + renew_every
         while True:
-            await asyncio.sleep(min(TEMPORAL_HEARTBEAT_EVERY, renew_every))
-            activity.heartbeat()
-            if time.monotonic() < next_renewal:
-                continue
-            next_renewal = time.monotonic() + renew_every
+            await asyncio.sleep(renew_every)
             try:
-                async with self._pool.acquire() as conn:
+                async with self._pool.acquire(timeout=renew_every) as conn:
                     still_ours = await locks.renew(
                         conn, name=inp.lock_name, token=token, ttl_seconds=inp.lock_ttl_seconds
                     )
             except _DB_ERRORS as exc:
                 # Keep the job going: if the lease does lapse meanwhile, the fencing check at
                 # commit still refuses our writes.
-                log.warning("run.lease-renew-failed", error=str(exc))
+                log.warning("run.lease-renew-failed", error=f"{type(exc).__name__}: {exc}")
                 continue
             if not still_ours:
                 lost.set()
                 job_task.cancel()
                 return
 
-    async def _release(self, name: str, token: int, log: Any) -> None:
+    async def _release(self, record: CommitRecord, log: Any) -> None:
         try:
             async with self._pool.acquire() as conn:
-                await locks.release(conn, name=name, token=token)
+                await locks.release(conn, name=record.lock_name, token=record.token)
         except _DB_ERRORS as exc:
             # The lease expires by itself after its TTL; a failed release only delays the next run.
-            log.warning("run.release-failed", error=str(exc))
+            if log is not None:
+                log.warning("run.release-failed", error=str(exc))
 
     async def _next_expected(self, schedule_id: str, log: Any) -> tuple[datetime | None, bool]:
         """The schedule's next fire time, as Temporal computes it (we never evaluate specs)."""
         if self._client is None:
             return None, True
         try:
-            desc = await self._client.get_schedule_handle(schedule_id).describe()
+            desc = await self._client.get_schedule_handle(schedule_id).describe(
+                rpc_timeout=DESCRIBE_TIMEOUT
+            )
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 # A replay for a deleted schedule: its heartbeat row is gone on purpose.
@@ -319,6 +396,12 @@ class GuardedRun:
         except _DB_ERRORS as db_exc:
             log.warning("run.record-failure-failed", error=str(db_exc))
         raise ApplicationError(error, type=JOB_FAILED) from exc
+
+
+async def _heartbeat_temporal() -> None:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(TEMPORAL_HEARTBEAT_EVERY)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -8,6 +8,7 @@ fencing check, the outbox record and the heartbeat commit with those writes or n
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -121,6 +122,8 @@ def job(
     """
 
     def register(func: JobFunction) -> JobFunction:
+        if not inspect.iscoroutinefunction(func):
+            raise TypeError(f"job '{name}' must be an async function (async def)")
         REGISTRY.register(JobSpec(name=name, func=func, read_only=read_only, args_model=args_model))
         return func
 
@@ -137,8 +140,11 @@ def import_job_modules(modules: list[str]) -> JobRegistry:
     for module in modules:
         try:
             importlib.import_module(module)
-        except ImportError as exc:
+        except Exception as exc:
+            # Any failure (missing module, syntax error, a job registered twice) is a
+            # configuration problem to report in one sentence, not a traceback.
             raise InvalidInput(
-                f"cannot import job module '{module}' named in CRONWARDEN_JOBS: {exc}"
+                f"cannot import job module '{module}' named in CRONWARDEN_JOBS: "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
     return REGISTRY

@@ -49,7 +49,7 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    from asyncpg import InterfaceError, PostgresError
+    from asyncpg import InterfaceError, PostgresError, UndefinedTableError
     from temporalio.service import RPCError
 
     try:
@@ -60,6 +60,8 @@ def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     # sentence, still exit 1, never a traceback.
     except RPCError as exc:
         raise _fail(f"Temporal refused the request ({exc.status.name}): {exc.message}", 1) from None
+    except UndefinedTableError as exc:
+        raise _fail(f"{exc}: the database is not migrated; run `cronwarden migrate`", 1) from None
     except (PostgresError, InterfaceError) as exc:
         raise _fail(f"Postgres failed the request: {exc}", 1) from None
     except ConnectionError as exc:

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     """API key for Temporal Cloud (implies TLS)."""
     graceful_shutdown_seconds: float = Field(default=30.0, ge=0)
     """How long a stopping worker lets in-flight runs finish before cancelling them."""
+    max_concurrent_runs: int = Field(default=10, ge=1, le=1000)
+    """Runs one worker executes at once. Each may hold two Postgres connections (its commit
+    transaction and a lease renewal), so the worker's pool holds twice this, plus two."""
 
     @property
     def dsn(self) -> str:

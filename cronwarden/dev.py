@@ -7,7 +7,6 @@ Temporal stops, then Postgres).
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from dataclasses import dataclass
 from importlib import resources
@@ -20,7 +19,7 @@ from cronwarden import temporal
 from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
 from cronwarden.errors import InvalidInput
-from cronwarden.worker_runtime import run_worker
+from cronwarden.worker_runtime import pool_size, run_worker
 from schedules.apply import apply_definitions
 from schedules.model import load_schedule_file
 from store.migrate import migrate
@@ -100,16 +99,19 @@ async def run_dev(options: DevOptions, *, console: Console) -> None:
         db_file=state / "temporal.db",
         log_file=state / "temporal.log",
     )
-    console.print(f"starting Postgres on 127.0.0.1:{options.postgres_port} …")
-    await asyncio.to_thread(postgres.start)
+    # The servers start synchronously, on purpose: a Ctrl-C during a start then interrupts the
+    # start itself (which stops a half-started server), and the finally blocks below see every
+    # server that did start. A start in a worker thread would outlive the interrupt.
     try:
-        await asyncio.to_thread(postgres.create_database, DATABASE)
-        console.print(f"starting Temporal on {server.address} …")
-        await asyncio.to_thread(server.start)
+        console.print(f"starting Postgres on 127.0.0.1:{options.postgres_port} …")
+        postgres.start()
+        postgres.create_database(DATABASE)
         try:
+            console.print(f"starting Temporal on {server.address} …")
+            server.start()
             await _run_setup_sql(settings)
             client = await temporal.connect(settings)
-            pool = await create_pool(settings.dsn)
+            pool = await create_pool(settings.dsn, max_size=pool_size(settings.max_concurrent_runs))
             try:
                 changes = await apply_definitions(
                     client, pool, definitions, task_queue=settings.task_queue
@@ -131,8 +133,10 @@ async def run_dev(options: DevOptions, *, console: Console) -> None:
             finally:
                 await pool.close()
         finally:
-            console.print("stopping Temporal …")
-            await asyncio.to_thread(server.stop)
+            if server.running:
+                console.print("stopping Temporal …")
+            server.stop()
     finally:
-        console.print("stopping Postgres …")
-        await asyncio.to_thread(postgres.stop)
+        if postgres.running:
+            console.print("stopping Postgres …")
+        postgres.stop()

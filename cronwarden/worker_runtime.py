@@ -23,6 +23,12 @@ from workflows.scheduled_run import ScheduledRunWorkflow
 log = get_logger("cronwarden.worker")
 
 
+def pool_size(max_concurrent_runs: int) -> int:
+    """A run may hold its commit transaction's connection while its lease renewal needs a
+    second one; size the pool so neither waits on the other."""
+    return 2 * max_concurrent_runs + 2
+
+
 def worker_identity() -> str:
     return f"{os.getpid()}@{socket.gethostname()}"
 
@@ -34,7 +40,7 @@ def build_worker(
     registry: JobRegistry,
     task_queue: str,
     graceful_shutdown: timedelta,
-    max_concurrent_activities: int = 100,
+    max_concurrent_runs: int = 10,
 ) -> Worker:
     guarded = GuardedRun(
         pool=pool, registry=registry, client=client, worker_identity=worker_identity()
@@ -45,7 +51,10 @@ def build_worker(
         workflows=[ScheduledRunWorkflow],
         activities=[guarded.run_guarded],
         graceful_shutdown_timeout=graceful_shutdown,
-        max_concurrent_activities=max_concurrent_activities,
+        max_concurrent_activities=max_concurrent_runs,
+        # The SDK sends at most one heartbeat per 0.8 x heartbeat timeout by default (8 s of our
+        # 10 s): too little slack for a busy host. Let our 2 s heartbeats through sooner.
+        max_heartbeat_throttle_interval=timedelta(seconds=3),
     )
 
 
@@ -63,7 +72,7 @@ async def run_worker(
     if client is None:
         client = await temporal.connect(settings)
     if pool is None:
-        pool = await create_pool(settings.dsn)
+        pool = await create_pool(settings.dsn, max_size=pool_size(settings.max_concurrent_runs))
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -80,6 +89,7 @@ async def run_worker(
             registry=registry,
             task_queue=settings.task_queue,
             graceful_shutdown=timedelta(seconds=settings.graceful_shutdown_seconds),
+            max_concurrent_runs=settings.max_concurrent_runs,
         )
         log.info(
             "worker.started",

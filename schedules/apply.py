@@ -7,6 +7,7 @@ schedule's action memo is compared first.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import asyncpg
 from temporalio.client import (
     Client,
+    Schedule,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleDescription,
@@ -110,6 +112,29 @@ async def plan_one(
     return Change(defn.id, UPDATED, fields), desc
 
 
+def _updater(
+    client: Client, defn: ScheduleDefinition, schedule: Schedule, *, task_queue: str
+) -> Callable[[ScheduleUpdateInput], Awaitable[ScheduleUpdate | None]]:
+    digest = definition_digest(defn, task_queue=task_queue)
+
+    async def update(inp: ScheduleUpdateInput) -> ScheduleUpdate | None:
+        # Judged on the description the SDK just fetched, not on our earlier look: the schedule
+        # may have been created (by someone else) or updated (by a concurrent apply) since.
+        current = inp.description
+        if not await is_managed(current):
+            raise NotManaged(
+                f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
+                "it is left alone"
+            )
+        if _action_memo(client, current).get(DIGEST_MEMO) == digest:
+            return None
+        # Keep the live state: re-applying a file must not undo an operator's pause.
+        schedule.state = current.schedule.state
+        return ScheduleUpdate(schedule=schedule)
+
+    return update
+
+
 async def apply_definitions(
     client: Client,
     pool: asyncpg.Pool | None,
@@ -134,13 +159,7 @@ async def apply_definitions(
                 # Created by a concurrent apply since we looked: fall back to an update.
                 change = Change(defn.id, UPDATED, ["(created concurrently)"])
         if change.action == UPDATED:
-
-            def updater(inp: ScheduleUpdateInput, schedule: Any = schedule) -> ScheduleUpdate:
-                # Keep the live state: re-applying a file must not undo an operator's pause.
-                schedule.state = inp.description.schedule.state
-                return ScheduleUpdate(schedule=schedule)
-
-            await handle.update(updater)
+            await handle.update(_updater(client, defn, schedule, task_queue=task_queue))
         # An unchanged schedule needs no second look: what we described is current.
         desc = (
             planned_desc if change.action == UNCHANGED and planned_desc else await handle.describe()

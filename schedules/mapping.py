@@ -28,6 +28,10 @@ MANAGED_MEMO = "cronwarden"
 DIGEST_MEMO = "cronwarden_digest"
 DEFINITION_MEMO = "cronwarden_definition"
 
+# Part of the digest: bump it when the mapping below changes (workflow input shape, timeouts), so
+# the next apply pushes the new shape to schedules whose file entry did not change.
+MAPPING_VERSION = 1
+
 _OVERLAP = {
     Overlap.skip: ScheduleOverlapPolicy.SKIP,
     Overlap.buffer_one: ScheduleOverlapPolicy.BUFFER_ONE,
@@ -54,6 +58,7 @@ def definition_json(defn: ScheduleDefinition, *, task_queue: str) -> dict[str, A
     data: dict[str, Any] = defn.model_dump(mode="json")
     data["task_queue"] = task_queue
     data["workflow"] = WORKFLOW_NAME
+    data["mapping_version"] = MAPPING_VERSION
     return data
 
 
@@ -68,7 +73,9 @@ def execution_timeout(defn: ScheduleDefinition) -> timedelta:
     """Bound on a whole run (every attempt plus the backoff between them), so a run stuck
     without a worker cannot hold a Skip schedule's overlap slot for ever."""
     backoff = timedelta(seconds=60) * defn.max_attempts
-    return defn.timeout * defn.max_attempts + backoff + timedelta(minutes=5)
+    # buffer_one may first wait up to one timeout for the lease.
+    waiting = defn.timeout if defn.overlap == Overlap.buffer_one else timedelta(0)
+    return waiting + defn.timeout * defn.max_attempts + backoff + timedelta(minutes=5)
 
 
 def to_temporal(defn: ScheduleDefinition, *, task_queue: str) -> Schedule:

@@ -10,23 +10,30 @@ from dataclasses import dataclass
 from typing import Any
 
 # One statement: skip the lock entirely when the key is already committed, else take the lease
-# if it is free, expired, or held by this very holder (a Temporal retry of the same activity:
-# Temporal only retries once it has declared the previous attempt dead, so taking over at once
-# is safe, and the fresh token fences that attempt if it is in fact still alive).
+# if it is released, expired, or held by an EARLIER attempt of this very activity (Temporal only
+# retries once it has declared that attempt dead, so taking over at once is safe, and the fresh
+# token fences the old attempt if it is in fact still alive). Comparing attempts matters: an old
+# attempt that reaches this statement late must not take the lease back from its own retry.
+# `holder IS NULL` covers a release that committed after this statement's now() was fixed.
 _ACQUIRE = """
 WITH done AS (
     SELECT args_digest FROM cronwarden.outbox WHERE logical_key = $4
 ), acquired AS (
-    INSERT INTO cronwarden.locks AS l (name, holder, token, expires_at, acquired_at, logical_key)
-    SELECT $1, $2, nextval('cronwarden.lock_tokens'), now() + make_interval(secs => $3), now(), $4
+    INSERT INTO cronwarden.locks AS l
+           (name, holder, attempt, token, expires_at, acquired_at, logical_key)
+    SELECT $1, $2, $5, nextval('cronwarden.lock_tokens'), now() + make_interval(secs => $3),
+           now(), $4
      WHERE NOT EXISTS (SELECT 1 FROM done)
     ON CONFLICT (name) DO UPDATE
        SET holder = EXCLUDED.holder,
+           attempt = EXCLUDED.attempt,
            token = EXCLUDED.token,
            expires_at = EXCLUDED.expires_at,
            acquired_at = EXCLUDED.acquired_at,
            logical_key = EXCLUDED.logical_key
-     WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
+     WHERE l.expires_at <= now()
+        OR l.holder IS NULL
+        OR (l.holder = EXCLUDED.holder AND l.attempt < EXCLUDED.attempt)
     RETURNING token
 )
 SELECT (SELECT token FROM acquired) AS token,
@@ -61,9 +68,15 @@ class Acquisition:
 
 
 async def acquire(
-    conn: Any, *, name: str, holder: str, ttl_seconds: float, logical_key: str
+    conn: Any,
+    *,
+    name: str,
+    holder: str,
+    ttl_seconds: float,
+    logical_key: str,
+    attempt: int = 1,
 ) -> Acquisition:
-    row = await conn.fetchrow(_ACQUIRE, name, holder, ttl_seconds, logical_key)
+    row = await conn.fetchrow(_ACQUIRE, name, holder, ttl_seconds, logical_key, attempt)
     return Acquisition(
         token=row["token"],
         already_done=row["done"],

@@ -50,3 +50,25 @@ async def probe(ctx: JobContext) -> dict[str, Any]:
 @job("noop-digest", read_only=True)
 async def noop_digest(ctx: JobContext) -> None:
     return None
+
+
+@job("swallow-tx-error")
+async def swallow_tx_error(ctx: JobContext) -> None:
+    # A job that catches the error of its own transaction block: its writes are gone, so the
+    # key must not be marked done.
+    try:
+        async with ctx.transaction() as conn:
+            await conn.execute(
+                "INSERT INTO public.test_effects (logical_key, attempt, started_at)"
+                " VALUES ($1, $2, now())",
+                ctx.logical_key,
+                ctx.attempt,
+            )
+            await conn.execute("SELECT 1/0")
+    except Exception:
+        ctx.log.warning("test.swallowed")
+
+
+@job("nan-result")
+async def nan_result(ctx: JobContext) -> dict[str, Any]:
+    return {"ratio": float("nan")}

@@ -17,8 +17,10 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.contract import (
+        NO_FIRE_TIME,
         NON_RETRYABLE_TYPES,
         OVERLAP_LOCKED,
+        OVERLAP_TIMEOUT,
         RUN_GUARDED,
         GuardedRunInput,
         RunOutcome,
@@ -86,27 +88,36 @@ class ScheduledRunWorkflow:
                     non_retryable_error_types=NON_RETRYABLE_TYPES,
                 ),
             )
+            if outcome.outcome != OVERLAP_LOCKED or inp.overlap != "buffer_one":
+                return outcome
             # buffer_one: this fire waits its turn behind whoever holds the lease (another
             # schedule sharing the lock, a replay) instead of being dropped.
-            if (
-                outcome.outcome == OVERLAP_LOCKED
-                and inp.overlap == "buffer_one"
-                and workflow.now() + wait < give_up_at
-            ):
-                await workflow.sleep(wait)
-                wait = min(wait * 2, timedelta(seconds=30))
-                continue
-            return outcome
+            if workflow.now() + wait >= give_up_at:
+                # Fail loudly rather than report success for a fire that never ran: the run
+                # fails, a pause_on_failure schedule pauses, and backfill lists the key.
+                raise ApplicationError(
+                    f"{key}: the lease stayed held by {outcome.held_by or 'another run'} for "
+                    f"longer than the schedule's timeout ({inp.timeout_seconds:g}s)",
+                    type=OVERLAP_TIMEOUT,
+                    non_retryable=True,
+                )
+            await workflow.sleep(wait)
+            wait = min(wait * 2, timedelta(seconds=30))
 
     @staticmethod
     def _fire_time(inp: ScheduledRunInput) -> datetime:
         if inp.fire_time:
-            return parse_fire_time(inp.fire_time)
+            try:
+                return parse_fire_time(inp.fire_time)
+            except ValueError as exc:
+                # An ApplicationError fails the run; any other exception would fail the
+                # workflow task and retry it for ever.
+                raise ApplicationError(str(exc), type=NO_FIRE_TIME, non_retryable=True) from exc
         scheduled = workflow.info().typed_search_attributes.get(SCHEDULED_START_TIME)
         if scheduled is None:
             raise ApplicationError(
                 "no fire time: this run was started outside a schedule without `fire_time`",
-                type="NoFireTime",
+                type=NO_FIRE_TIME,
                 non_retryable=True,
             )
         return parse_fire_time(scheduled.isoformat())

@@ -8,6 +8,7 @@ CREATE SEQUENCE cronwarden.lock_tokens AS bigint;
 CREATE TABLE cronwarden.locks (
     name        text PRIMARY KEY,
     holder      text,                    -- NULL once released
+    attempt     integer     NOT NULL DEFAULT 1,  -- the holder's Temporal attempt
     token       bigint      NOT NULL,    -- fencing token of the current (or last) holder
     expires_at  timestamptz NOT NULL,    -- database time; the worker's clock is never consulted
     acquired_at timestamptz NOT NULL,

@@ -20,6 +20,7 @@ from temporalio.client import (
     ScheduleSpec,
 )
 
+from cronwarden.embedded import EmbeddedPostgres
 from schedules.apply import describe_or_none
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch
 
@@ -216,4 +217,30 @@ async def test_a_request_temporal_refuses_is_one_sentence_not_a_traceback(
     assert result.code == 1, result
     assert result.stderr.startswith("error: ")
     assert "no-such-namespace" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_a_job_module_that_fails_to_import_is_one_sentence_and_exit_2(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    path = write(tmp_path, "schedules:" + GOOD.format(good="x-3"))
+    env = {**cli_env, "CRONWARDEN_JOBS": "tests.broken_jobs"}
+    result = await cli(env, "schedules", "apply", str(path))
+    assert result.code == 2, result
+    assert "cannot import job module 'tests.broken_jobs'" in result.stderr
+    assert "broken on purpose" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+async def test_apply_before_migrate_says_to_migrate(
+    tmp_path: Path, cli_env: dict[str, str], postgres_server: EmbeddedPostgres
+) -> None:
+    name = f"bare_{uuid.uuid4().hex[:10]}"
+    postgres_server.create_database(name)
+    sid = f"nomig-{uuid.uuid4().hex[:8]}"
+    path = write(tmp_path, "schedules:" + GOOD.format(good=sid))
+    env = {**cli_env, "CRONWARDEN_DATABASE_URL": postgres_server.dsn(name)}
+    result = await cli(env, "schedules", "apply", str(path))
+    assert result.code == 1, result
+    assert "cronwarden migrate" in result.stderr
     assert "Traceback" not in result.stderr

@@ -281,3 +281,53 @@ async def test_buffer_one_waits_for_the_lease_instead_of_dropping_the_fire(
 async def _history_has_timer(handle: WorkflowHandle[Any, Any]) -> bool:
     history = await handle.fetch_history()
     return any(e.HasField("timer_started_event_attributes") for e in history.events)
+
+
+async def test_a_job_that_swallows_its_transaction_error_is_not_marked_done(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    handle = await start_run(
+        client, task_queue, schedule_id, job="swallow-tx-error", max_attempts=1
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == "JobFailed"
+    key = logical_key(schedule_id, FIRE)
+    assert await outbox_rows(pool, key) == 0
+    assert await effects(pool, key) == 0
+
+
+async def test_a_result_json_cannot_carry_fails_without_retrying(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    handle = await start_run(client, task_queue, schedule_id, job="nan-result", max_attempts=3)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == "InvalidResult"
+    assert await outbox_rows(pool, logical_key(schedule_id, FIRE)) == 0
+
+
+async def test_buffer_one_fails_loudly_when_the_lease_stays_held_past_its_timeout(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    async with pool.acquire() as conn:
+        await locks.acquire(
+            conn, name=f"schedule:{schedule_id}", holder="other", ttl_seconds=120, logical_key="o@x"
+        )
+    handle = await start_run(client, task_queue, schedule_id, overlap="buffer_one", timeout=4)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == "OverlapTimeout"
+    assert await effects(pool, logical_key(schedule_id, FIRE)) == 0
+
+
+async def test_a_replay_with_a_fire_time_without_zone_fails_at_once(
+    client: Client, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    inp = ScheduledRunInput(schedule_id=schedule_id, job="probe", fire_time="2026-01-05T09:30:00")
+    handle = await client.start_workflow(
+        ScheduledRunWorkflow.run, inp, id=f"{schedule_id}-replay-naive", task_queue=task_queue
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), timeout=20)
+    assert failure_type(failed.value) == "NoFireTime"
