@@ -233,13 +233,7 @@ class GuardedRun:
                 digest = await outbox.done_digest(conn, inp.logical_key)
             return self._already_done(inp, digest, record.attempt, log)
         log.info("run.committed", next_expected_at=_iso(record.next_expected_at))
-        return RunOutcome(
-            RAN,
-            inp.logical_key,
-            result=record.result,
-            fencing_token=record.token,
-            attempt=record.attempt,
-        )
+        return _ran(record)
 
     async def _after_failed_commit(
         self, inp: GuardedRunInput, record: CommitRecord, exc: Exception, log: Any
@@ -255,13 +249,7 @@ class GuardedRun:
             log.info(
                 "run.committed", note="commit outcome confirmed after an error", error=str(exc)
             )
-            return RunOutcome(
-                RAN,
-                inp.logical_key,
-                result=record.result,
-                fencing_token=record.token,
-                attempt=record.attempt,
-            )
+            return _ran(record)
         await self._release(record, log)
         log.warning("run.commit-failed", error=f"{type(exc).__name__}: {exc}")
         # Retryable: the retry either finds the key committed or runs it again, and the outbox
@@ -402,6 +390,16 @@ async def _heartbeat_temporal() -> None:
     while True:
         activity.heartbeat()
         await asyncio.sleep(TEMPORAL_HEARTBEAT_EVERY)
+
+
+def _ran(record: CommitRecord) -> RunOutcome:
+    return RunOutcome(
+        RAN,
+        record.logical_key,
+        result=record.result,
+        fencing_token=record.token,
+        attempt=record.attempt,
+    )
 
 
 def _iso(value: datetime | None) -> str | None:
