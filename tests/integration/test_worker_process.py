@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -103,7 +105,19 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_zero(
     code = await asyncio.to_thread(proc.wait, 40)
     output = proc.stdout.read().decode() if proc.stdout else ""
     assert code == 0, output
-    assert "worker.draining" in output and "worker.stopped" in output
+    events = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    names = [e["event"] for e in events]
+    assert (
+        names.index("worker.draining")
+        < names.index("run.committed")
+        < names.index("worker.stopped")
+    )
+    # Every run event names its run: schedule and logical key bound, JSON off a terminal.
+    run_events = [e for e in events if e["event"].startswith("run.")]
+    assert {e["event"] for e in run_events} >= {"run.started", "run.committed"}
+    for event in run_events:
+        assert event["schedule_id"] == schedule_id
+        assert event["logical_key"] == logical_key(schedule_id, FIRE)
     # The drained job committed before the process exited.
     key = logical_key(schedule_id, FIRE)
     rows = await fetch(pool, "SELECT attempt FROM cronwarden.outbox WHERE logical_key = $1", key)
@@ -114,3 +128,18 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_zero(
         outcome = await asyncio.wait_for(handle.result(), timeout=30)
     assert (outcome.outcome, outcome.attempt) == (RAN, 1)
     assert await effects(pool, key) == 1
+
+
+async def test_python_worker_py_is_the_worker_command(cli_env: dict[str, str]) -> None:
+    env = {**cli_env, "CRONWARDEN_DATABASE_URL": "postgresql://u:pw@127.0.0.1:1/db"}
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "worker.py"],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "cannot reach Postgres at 127.0.0.1:1/db" in result.stderr
