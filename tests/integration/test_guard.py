@@ -79,6 +79,35 @@ async def outbox_rows(pool: asyncpg.Pool, key: str) -> int:
     return int(rows[0]["n"])
 
 
+async def lease_holder(pool: asyncpg.Pool, lock: str, *, timeout: float = 30) -> asyncpg.Record:
+    """Wait until a run holds `lock`; its row (holder, token)."""
+
+    async def held() -> asyncpg.Record | None:
+        rows = await fetch(
+            pool,
+            "SELECT holder, token FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL",
+            lock,
+        )
+        return rows[0] if rows else None
+
+    return await wait_for(held, timeout=timeout, what=f"a run to hold {lock}")
+
+
+async def take_over(pool: asyncpg.Pool, lock: str) -> int:
+    """Expire the current lease and take it as someone else, as a worker whose holder stalled
+    past its TTL would see happen; returns the intruder's token."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET expires_at = now() - interval '1 second' WHERE name = $1",
+            lock,
+        )
+        intruder = await locks.acquire(
+            conn, name=lock, holder="intruder", ttl_seconds=60, logical_key="intruder@x"
+        )
+    assert intruder.token is not None
+    return intruder.token
+
+
 def failure_type(exc: WorkflowFailureError) -> str | None:
     cause: BaseException | None = exc.cause
     while cause is not None and not isinstance(cause, ApplicationError):
@@ -130,22 +159,9 @@ async def test_a_holder_whose_lease_was_taken_over_cannot_commit(
         client, task_queue, schedule_id, args={"sleep": 3}, lock_ttl=30, max_attempts=1
     )
     lock = f"schedule:{schedule_id}"
-    held = await wait_for(
-        lambda: fetch(
-            pool, "SELECT token FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL", lock
-        ),
-        timeout=10,
-        what="the run to take its lease",
-    )
-    async with pool.acquire() as conn:
-        await conn.execute(
-            "UPDATE cronwarden.locks SET expires_at = now() - interval '1 second' WHERE name = $1",
-            lock,
-        )
-        intruder = await locks.acquire(
-            conn, name=lock, holder="intruder", ttl_seconds=60, logical_key="intruder@x"
-        )
-    assert intruder.token is not None and intruder.token > held[0]["token"]
+    held = await lease_holder(pool, lock)
+    intruder = await take_over(pool, lock)
+    assert intruder > held.token
 
     with pytest.raises(WorkflowFailureError) as failed:
         await handle.result()
@@ -155,7 +171,7 @@ async def test_a_holder_whose_lease_was_taken_over_cannot_commit(
     assert await effects(pool, key) == 0
     # The intruder's lease is untouched by the stale holder's attempt to release.
     rows = await fetch(pool, "SELECT holder, token FROM cronwarden.locks WHERE name = $1", lock)
-    assert (rows[0]["holder"], rows[0]["token"]) == ("intruder", intruder.token)
+    assert (rows[0]["holder"], rows[0]["token"]) == ("intruder", intruder)
 
 
 async def test_the_renewal_notices_a_lost_lease_and_stops_the_job(
@@ -165,19 +181,8 @@ async def test_the_renewal_notices_a_lost_lease_and_stops_the_job(
         client, task_queue, schedule_id, args={"sleep": 20}, lock_ttl=6, max_attempts=1
     )
     lock = f"schedule:{schedule_id}"
-    await wait_for(
-        lambda: fetch(
-            pool, "SELECT 1 FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL", lock
-        ),
-        timeout=10,
-        what="the run to take its lease",
-    )
-    async with pool.acquire() as conn:
-        await conn.execute(
-            "UPDATE cronwarden.locks SET expires_at = now() - interval '1 second' WHERE name = $1",
-            lock,
-        )
-        await locks.acquire(conn, name=lock, holder="intruder", ttl_seconds=60, logical_key="i@x")
+    await lease_holder(pool, lock)
+    await take_over(pool, lock)
     started = asyncio.get_running_loop().time()
     with pytest.raises(WorkflowFailureError) as failed:
         await handle.result()

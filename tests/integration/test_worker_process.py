@@ -18,8 +18,8 @@ from temporalio.worker import Worker
 from activities.contract import RAN, logical_key
 from activities.jobs import REGISTRY
 from cronwarden.worker_runtime import build_worker
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
-from tests.integration.test_guard import FIRE, effects, start_run
+from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch
+from tests.integration.test_guard import FIRE, effects, lease_holder, start_run
 
 pytestmark = pytest.mark.integration
 
@@ -54,13 +54,6 @@ def start_worker_process(env: dict[str, str], *, graceful: float = 30) -> subpro
     )
 
 
-async def _holder_of(pool: asyncpg.Pool, lock: str) -> str | None:
-    rows = await fetch(
-        pool, "SELECT holder FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL", lock
-    )
-    return str(rows[0]["holder"]) if rows else None
-
-
 async def test_a_worker_killed_mid_job_is_replaced_and_the_key_still_applies_once(
     client: Client,
     pool: asyncpg.Pool,
@@ -73,9 +66,7 @@ async def test_a_worker_killed_mid_job_is_replaced_and_the_key_still_applies_onc
     spawn_worker.append(doomed)
     handle = await start_run(client, task_queue, schedule_id, args={"sleep": 4}, lock_ttl=30)
     lock = f"schedule:{schedule_id}"
-    await wait_for(
-        lambda: _holder_of(pool, lock), timeout=30, what="the subprocess to start the job"
-    )
+    await lease_holder(pool, lock)
     doomed.send_signal(signal.SIGKILL)
     doomed.wait(timeout=10)
 
@@ -100,7 +91,7 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_zero(
     spawn_worker.append(proc)
     handle = await start_run(client, task_queue, schedule_id, args={"sleep": 3})
     lock = f"schedule:{schedule_id}"
-    await wait_for(lambda: _holder_of(pool, lock), timeout=30, what="the job to start")
+    await lease_holder(pool, lock)
     proc.send_signal(signal.SIGTERM)
     code = await asyncio.to_thread(proc.wait, 40)
     output = proc.stdout.read().decode() if proc.stdout else ""
