@@ -161,7 +161,7 @@ async def test_a_holder_whose_lease_was_taken_over_cannot_commit(
     lock = f"schedule:{schedule_id}"
     held = await lease_holder(pool, lock)
     intruder = await take_over(pool, lock)
-    assert intruder > held.token
+    assert intruder > held["token"]
 
     with pytest.raises(WorkflowFailureError) as failed:
         await handle.result()
