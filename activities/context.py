@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,6 +12,8 @@ from typing import Any
 import asyncpg
 import structlog
 from temporalio import activity
+
+_CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
 class RunContext:
@@ -55,7 +58,7 @@ class RunContext:
         try:
             await tx.start()
         except BaseException:
-            await self._pool.release(conn)
+            await self._release(conn)
             raise
         self.conn, self._tx = conn, tx
         try:
@@ -79,7 +82,7 @@ class RunContext:
         try:
             await tx.commit()
         finally:
-            await self._pool.release(conn)
+            await self._release(conn)
 
     async def rollback(self) -> None:
         tx, conn = self._tx, self.conn
@@ -88,11 +91,17 @@ class RunContext:
         self._tx = self.conn = None
         try:
             await tx.rollback()
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        except _CONNECTION_ERRORS:
             # The connection may be gone already (that is often why we roll back): the server
-            # aborts the transaction by itself then. Terminate rather than reuse it.
-            conn.terminate()
+            # aborts the transaction by itself then.
+            pass
         finally:
+            await self._release(conn)
+
+    async def _release(self, conn: Any) -> None:
+        # The pool closes a broken connection instead of reusing it; that it was broken is
+        # reported by whoever used it, not again here.
+        with contextlib.suppress(*_CONNECTION_ERRORS):
             await self._pool.release(conn)
 
     async def heartbeat(self, details: Any = None) -> None:

@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 from pydantic import BaseModel, Field
 
 from activities import JobContext, job
@@ -72,3 +73,30 @@ async def swallow_tx_error(ctx: JobContext) -> None:
 @job("nan-result")
 async def nan_result(ctx: JobContext) -> dict[str, Any]:
     return {"ratio": float("nan")}
+
+
+class DropConnectionArgs(BaseModel):
+    dsn: str
+    on_attempts: int = 1
+
+
+@job("drop-connection-before-commit", args_model=DropConnectionArgs)
+async def drop_connection_before_commit(ctx: JobContext) -> None:
+    """Writes its effect, then has a side connection kill the backend of its own transaction,
+    so the guard's commit fails on a dead connection (the database restarting, a proxy dropping
+    the connection) on the first attempts."""
+    args: DropConnectionArgs = ctx.args
+    async with ctx.transaction() as conn:
+        await conn.execute(
+            "INSERT INTO public.test_effects (logical_key, attempt, started_at)"
+            " VALUES ($1, $2, now())",
+            ctx.logical_key,
+            ctx.attempt,
+        )
+        pid = conn.get_server_pid()
+    if ctx.attempt <= args.on_attempts:
+        side = await asyncpg.connect(args.dsn)
+        try:
+            await side.execute("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await side.close()

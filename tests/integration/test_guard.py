@@ -336,3 +336,35 @@ async def test_a_replay_with_a_fire_time_without_zone_fails_at_once(
     with pytest.raises(WorkflowFailureError) as failed:
         await asyncio.wait_for(handle.result(), timeout=20)
     assert failure_type(failed.value) == "NoFireTime"
+
+
+async def test_a_commit_on_a_dropped_connection_is_retried_and_applies_once(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+    database: str,
+) -> None:
+    handle = await start_run(
+        client,
+        task_queue,
+        schedule_id,
+        job="drop-connection-before-commit",
+        args={"dsn": database},
+    )
+    outcome = await handle.result()
+    assert (outcome.outcome, outcome.attempt) == (RAN, 2)
+    key = logical_key(schedule_id, FIRE)
+    rows = await fetch(pool, "SELECT attempt FROM cronwarden.outbox WHERE logical_key = $1", key)
+    assert [r["attempt"] for r in rows] == [2]
+    assert await effects(pool, key) == 1
+    history = await handle.fetch_history()
+    # Retries are not history events; the started event of the last attempt carries the
+    # failure of the one before.
+    started = [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert started[-1].last_failure.application_failure_info.type == "CommitFailed"
