@@ -16,6 +16,7 @@ from activities.guard import GuardedRun
 from activities.jobs import JobRegistry, import_job_modules
 from cronwarden import temporal
 from cronwarden.config import Settings
+from cronwarden.errors import InvalidInput
 from cronwarden.logs import get_logger
 from store.pool import create_pool
 from workflows.scheduled_run import ScheduledRunWorkflow
@@ -67,6 +68,10 @@ async def run_worker(
 ) -> None:
     """Run until `stop` is set or SIGINT/SIGTERM arrives; in-flight runs get the graceful
     timeout to finish, after which they are cancelled (and retried elsewhere)."""
+    if not settings.job_modules():
+        # A worker with no jobs would fail every run it picks up (and pause every
+        # pause_on_failure schedule on the queue): refuse to start instead.
+        raise InvalidInput("CRONWARDEN_JOBS is not set: name the modules that register your jobs")
     registry = import_job_modules(settings.job_modules())
     own_pool = pool is None
     if client is None:

@@ -244,3 +244,10 @@ async def test_apply_before_migrate_says_to_migrate(
     assert result.code == 1, result
     assert "cronwarden migrate" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+async def test_a_worker_without_jobs_refuses_to_start(cli_env: dict[str, str]) -> None:
+    env = {k: v for k, v in cli_env.items() if k != "CRONWARDEN_JOBS"}
+    result = await cli(env, "worker")
+    assert result.code == 2, result
+    assert "CRONWARDEN_JOBS is not set" in result.stderr
