@@ -22,6 +22,15 @@ CREATE TABLE IF NOT EXISTS public.test_effects (
 """
 
 
+async def record_effect(conn: Any, ctx: JobContext, started: datetime | None = None) -> None:
+    await conn.execute(
+        "INSERT INTO public.test_effects (logical_key, attempt, started_at) VALUES ($1, $2, $3)",
+        ctx.logical_key,
+        ctx.attempt,
+        started or datetime.now(UTC),
+    )
+
+
 class ProbeArgs(BaseModel):
     sleep: float = Field(default=0.0, ge=0)
     fail_attempts: int = Field(default=0, ge=0)
@@ -38,13 +47,7 @@ async def probe(ctx: JobContext) -> dict[str, Any]:
     await asyncio.sleep(args.sleep)
     if args.write:
         async with ctx.transaction() as conn:
-            await conn.execute(
-                "INSERT INTO public.test_effects (logical_key, attempt, started_at)"
-                " VALUES ($1, $2, $3)",
-                ctx.logical_key,
-                ctx.attempt,
-                started,
-            )
+            await record_effect(conn, ctx, started)
     return {"attempt": ctx.attempt, "key": ctx.idempotency_key}
 
 
@@ -59,12 +62,7 @@ async def swallow_tx_error(ctx: JobContext) -> None:
     # key must not be marked done.
     try:
         async with ctx.transaction() as conn:
-            await conn.execute(
-                "INSERT INTO public.test_effects (logical_key, attempt, started_at)"
-                " VALUES ($1, $2, now())",
-                ctx.logical_key,
-                ctx.attempt,
-            )
+            await record_effect(conn, ctx)
             await conn.execute("SELECT 1/0")
     except Exception:
         ctx.log.warning("test.swallowed")
@@ -87,12 +85,7 @@ async def drop_connection_before_commit(ctx: JobContext) -> None:
     the connection) on the first attempts."""
     args: DropConnectionArgs = ctx.args
     async with ctx.transaction() as conn:
-        await conn.execute(
-            "INSERT INTO public.test_effects (logical_key, attempt, started_at)"
-            " VALUES ($1, $2, now())",
-            ctx.logical_key,
-            ctx.attempt,
-        )
+        await record_effect(conn, ctx)
         pid = conn.get_server_pid()
     if ctx.attempt <= args.on_attempts:
         side = await asyncpg.connect(args.dsn)
