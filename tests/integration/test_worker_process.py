@@ -109,6 +109,8 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_zero(
     for event in run_events:
         assert event["schedule_id"] == schedule_id
         assert event["logical_key"] == logical_key(schedule_id, FIRE)
+        assert event["attempt"] == 1
+        assert event["workflow_id"] == handle.id
     # The drained job committed before the process exited.
     key = logical_key(schedule_id, FIRE)
     rows = await fetch(pool, "SELECT attempt FROM cronwarden.outbox WHERE logical_key = $1", key)
