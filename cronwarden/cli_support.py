@@ -1,0 +1,58 @@
+"""What every `cronwarden` command shares: the consoles, settings loading and the error boundary.
+
+Exit codes: 0 ok, 1 operation failed, 2 invalid input or usage. Every expected failure is a
+`CronwardenError` rendered as one sentence on stderr; a traceback means a bug.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from cronwarden.config import Settings
+from cronwarden.errors import CronwardenError, InvalidInput
+
+T = TypeVar("T")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:  # pydantic's ValidationError: a bad CRONWARDEN_* value
+        raise InvalidInput(f"invalid configuration: {exc}") from exc
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True)
+    return typer.Exit(code)
+
+
+def run_command(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run one command's coroutine and turn every expected failure into an exit code."""
+    from asyncpg import InterfaceError, PostgresError, UndefinedTableError
+    from temporalio.service import RPCError
+
+    try:
+        return asyncio.run(make())
+    except CronwardenError as exc:
+        raise fail(str(exc), exc.exit_code) from None
+    # A server that was reachable and then refused or broke off mid-operation: still one
+    # sentence, still exit 1, never a traceback.
+    except RPCError as exc:
+        raise fail(f"Temporal refused the request ({exc.status.name}): {exc.message}", 1) from None
+    except UndefinedTableError as exc:
+        raise fail(f"{exc}: the database is not migrated; run `cronwarden migrate`", 1) from None
+    except (PostgresError, InterfaceError) as exc:
+        raise fail(f"Postgres failed the request: {exc}", 1) from None
+    except ConnectionError as exc:
+        raise fail(f"lost a connection: {exc}", 1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
