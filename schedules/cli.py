@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -185,7 +186,7 @@ def schedules_list(as_json: JsonOption = False) -> None:
                 escape(f"yes: {v.note}" if v.paused and v.note else "yes" if v.paused else "no"),
                 _iso(v.next_fire_times[0]) if v.next_fire_times else "-",
             )
-        out.print(table)
+        _print_table(table)
 
     run_command(go)
 
@@ -440,7 +441,6 @@ def _print_status(rows: list[StatusRow], *, zone: tzinfo, now: datetime) -> None
         "health",
         "last error",
         "skipped / missed",
-        title=f"cronwarden status at {display_time(now, zone)}",
     )
     for r in rows:
         style = HEALTH_STYLE.get(r.health, "")
@@ -455,4 +455,14 @@ def _print_status(rows: list[StatusRow], *, zone: tzinfo, now: datetime) -> None
             escape(r.last_error or "-"),
             f"{r.skipped_overlap} / {r.missed_catchup}",
         )
-    out.print(table)
+    out.print(f"cronwarden status at {display_time(now, zone)}")
+    _print_table(table)
+
+
+def _print_table(table: Table) -> None:
+    # Off a terminal (a pipe, a log, a README transcript) rich would squeeze the table into 80
+    # columns; give it room so each row stays one line.
+    if out.is_terminal:
+        out.print(table)
+    else:
+        Console(file=out.file, width=240, highlight=False).print(table)

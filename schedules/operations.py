@@ -116,6 +116,11 @@ async def trigger(
                 fire_time=run.scheduled_at,
                 note="off the schedule's grid: the key names the trigger time, not a fire time",
             )
+        if current.skipped_overlap > before.skipped_overlap:
+            raise TriggerNotStarted(
+                f"Temporal skipped the triggered run of '{schedule_id}': overlap is "
+                f"{current.overlap} and a run was still going; try again when it has finished"
+            )
         await asyncio.sleep(0.2)
     if current.running and current.overlap == "buffer_one":
         return Triggered(
@@ -124,11 +129,6 @@ async def trigger(
             logical_key=None,
             fire_time=None,
             note=f"buffered: it starts when the running run ({current.running[0]}) finishes",
-        )
-    if current.running:
-        raise TriggerNotStarted(
-            f"Temporal started no run of '{schedule_id}': overlap is {current.overlap} and "
-            f"{current.running[0]} is still running"
         )
     raise TriggerNotStarted(
         f"Temporal reported no new run of '{schedule_id}' within {wait_seconds:g}s; "
