@@ -91,7 +91,7 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         paused=view.paused,
         paused_by=paused_by(temporal_paused=view.paused, operator_paused=operator_paused),
         pause_note=view.note if view.paused else None,
-        orphaned=view.orphaned,
+        orphaned=view.orphaned or (view.paused and _unknown_job_error(beat)),
         last_success_key=beat["last_logical_key"] if beat else None,
         last_success_at=beat["last_success_at"] if beat else None,
         next_expected_at=beat["next_expected_at"] if beat else None,
@@ -124,6 +124,12 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         missed_catchup=0,
         now=now,
     )
+
+
+def _unknown_job_error(beat: dict[str, Any] | None) -> bool:
+    # The worker's note can be replaced (pause_on_failure writes its own, an operator re-pauses):
+    # the heartbeat's last error still says why the run failed.
+    return bool(beat and (beat["last_error"] or "").startswith("unknown job "))
 
 
 def _health(beat: dict[str, Any] | None, *, now: datetime) -> str:
