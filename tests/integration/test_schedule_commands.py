@@ -17,6 +17,7 @@ import pytest_asyncio
 from temporalio.client import (
     Client,
     Schedule,
+    ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
     ScheduleHandle,
     ScheduleIntervalSpec,
@@ -25,12 +26,11 @@ from temporalio.client import (
 from temporalio.worker import Worker
 
 from activities.jobs import REGISTRY, JobRegistry
-from cronwarden.worker_runtime import build_worker
 from schedules.apply import apply_definitions, describe_or_none
 from schedules.inventory import schedule_ids
 from schedules.model import ScheduleDefinition
 from store import heartbeats
-from tests.integration.conftest import fetch, wait_for
+from tests.integration.conftest import fetch, in_process_worker, wait_for
 from tests.integration.test_cli import cli, write
 
 pytestmark = pytest.mark.integration
@@ -60,6 +60,23 @@ async def cleanup(client: Client) -> AsyncIterator[list[str]]:
     for sid in ids:
         if await describe_or_none(client, sid) is not None:
             await client.get_schedule_handle(sid).delete()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def managed(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> AsyncIterator[str]:
+    """A schedule applied by cronwarden that never fires on its own; deleted afterwards."""
+    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
+    try:
+        yield schedule_id
+    finally:
+        if await describe_or_none(client, schedule_id) is not None:
+            await client.get_schedule_handle(schedule_id).delete()
+
+
+async def committed(pool: asyncpg.Pool, logical_key: str) -> list[asyncpg.Record]:
+    return await fetch(pool, "SELECT * FROM cronwarden.outbox WHERE logical_key = $1", logical_key)
 
 
 async def foreign_schedule(client: Client, sid: str, task_queue: str) -> ScheduleHandle:
@@ -211,7 +228,7 @@ async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
     try:
         await wait_for(
             lambda: fetch(
-                pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id=$1", schedule_id
+                pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id
             ),
             timeout=30,
             what="a committed run",
@@ -238,123 +255,90 @@ async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
 
 
 async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_fire(
-    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, schedule_id: str
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
 ) -> None:
-    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
-    handle = client.get_schedule_handle(schedule_id)
-    try:
-        paused = await cli(cli_env, "schedules", "pause", schedule_id, "--reason", "disk swap")
-        assert paused.code == 0, paused
-        desc = await handle.describe()
-        assert desc.schedule.state.paused is True
-        assert desc.schedule.state.note == "paused by operator: disk swap"
-        async with pool.acquire() as conn:
-            beat = await heartbeats.get(conn, schedule_id)
-            assert beat is not None
-            assert beat["paused"] is True and beat["paused_reason"] == "disk swap"
-            # As if the schedule had been paused across a fire time.
-            await conn.execute(
-                "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 day' "
-                "WHERE schedule_id = $1",
-                schedule_id,
-            )
-
-        resumed = await cli(cli_env, "schedules", "unpause", schedule_id)
-        assert resumed.code == 0, resumed
-        desc = await handle.describe()
-        assert desc.schedule.state.paused is False
-        async with pool.acquire() as conn:
-            beat = await heartbeats.get(conn, schedule_id)
+    handle = client.get_schedule_handle(managed)
+    paused = await cli(cli_env, "schedules", "pause", managed, "--reason", "disk swap")
+    assert paused.code == 0, paused
+    desc = await handle.describe()
+    assert desc.schedule.state.paused is True
+    assert desc.schedule.state.note == "paused by operator: disk swap"
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, managed)
         assert beat is not None
-        assert beat["paused"] is False and beat["paused_reason"] is None
-        assert beat["next_expected_at"] == desc.info.next_action_times[0]
-    finally:
-        await handle.delete()
+        assert beat["paused"] is True and beat["paused_reason"] == "disk swap"
+        # As if the schedule had been paused across a fire time.
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 day' "
+            "WHERE schedule_id = $1",
+            managed,
+        )
+
+    resumed = await cli(cli_env, "schedules", "unpause", managed)
+    assert resumed.code == 0, resumed
+    desc = await handle.describe()
+    assert desc.schedule.state.paused is False
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, managed)
+    assert beat is not None
+    assert beat["paused"] is False and beat["paused_reason"] is None
+    assert beat["next_expected_at"] == desc.info.next_action_times[0]
 
 
 async def test_trigger_produces_a_run_whose_outbox_row_exists(
-    client: Client,
-    pool: asyncpg.Pool,
-    cli_env: dict[str, str],
-    task_queue: str,
-    worker: Worker,
-    schedule_id: str,
+    pool: asyncpg.Pool, cli_env: dict[str, str], worker: Worker, managed: str
 ) -> None:
-    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
-    try:
-        result = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
-        assert result.code == 0, result
-        data = json.loads(result.stdout)
-        assert data["logical_key"].startswith(f"{schedule_id}@")
-        assert data["workflow_id"] == f"{schedule_id}-{data['fire_time']}"
-        assert "off the schedule's grid" in data["note"]
-        rows = await wait_for(
-            lambda: fetch(
-                pool, "SELECT * FROM cronwarden.outbox WHERE logical_key = $1", data["logical_key"]
-            ),
-            timeout=30,
-            what="the triggered run's outbox row",
-        )
-        assert rows[0]["workflow_id"] == data["workflow_id"]
+    result = await cli(cli_env, "schedules", "trigger", managed, "--json")
+    assert result.code == 0, result
+    data = json.loads(result.stdout)
+    assert data["logical_key"].startswith(f"{managed}@")
+    assert data["workflow_id"] == f"{managed}-{data['fire_time']}"
+    assert "off the schedule's grid" in data["note"]
+    rows = await wait_for(
+        lambda: committed(pool, data["logical_key"]),
+        timeout=30,
+        what="the triggered run's outbox row",
+    )
+    assert rows[0]["workflow_id"] == data["workflow_id"]
 
-        # A second trigger right away must not collide with the first one's workflow id.
-        again = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
-        assert again.code == 0, again
-        assert json.loads(again.stdout)["logical_key"] != data["logical_key"]
-    finally:
-        await client.get_schedule_handle(schedule_id).delete()
+    # A second trigger right away must not collide with the first one's workflow id.
+    again = await cli(cli_env, "schedules", "trigger", managed, "--json")
+    assert again.code == 0, again
+    assert json.loads(again.stdout)["logical_key"] != data["logical_key"]
 
 
 async def test_delete_removes_the_schedule_and_its_heartbeat_and_keeps_the_outbox(
-    client: Client,
-    pool: asyncpg.Pool,
-    cli_env: dict[str, str],
-    task_queue: str,
-    worker: Worker,
-    schedule_id: str,
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], worker: Worker, managed: str
 ) -> None:
-    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
-    try:
-        triggered = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
-        key = json.loads(triggered.stdout)["logical_key"]
-        await wait_for(
-            lambda: fetch(pool, "SELECT 1 FROM cronwarden.outbox WHERE logical_key = $1", key),
-            timeout=30,
-            what="a committed run",
-        )
-        # Off a terminal and without --yes: refused, nothing deleted.
-        refused = await cli(cli_env, "schedules", "delete", schedule_id)
-        assert refused.code == 2, refused
-        assert "--yes" in refused.stderr
-        assert await describe_or_none(client, schedule_id) is not None
+    triggered = await cli(cli_env, "schedules", "trigger", managed, "--json")
+    key = json.loads(triggered.stdout)["logical_key"]
+    await wait_for(lambda: committed(pool, key), timeout=30, what="a committed run")
+    # Off a terminal and without --yes: refused, nothing deleted.
+    refused = await cli(cli_env, "schedules", "delete", managed)
+    assert refused.code == 2, refused
+    assert "--yes" in refused.stderr
+    assert await describe_or_none(client, managed) is not None
 
-        deleted = await cli(cli_env, "schedules", "delete", schedule_id, "--yes")
-        assert deleted.code == 0, deleted
-    finally:
-        if await describe_or_none(client, schedule_id) is not None:
-            await client.get_schedule_handle(schedule_id).delete()
-    assert await describe_or_none(client, schedule_id) is None
+    deleted = await cli(cli_env, "schedules", "delete", managed, "--yes")
+    assert deleted.code == 0, deleted
+    assert await describe_or_none(client, managed) is None
     async with pool.acquire() as conn:
-        assert await heartbeats.get(conn, schedule_id) is None
-    assert await fetch(pool, "SELECT 1 FROM cronwarden.outbox WHERE logical_key = $1", key)
+        assert await heartbeats.get(conn, managed) is None
+    assert await committed(pool, key)
 
 
 async def test_commands_on_an_unknown_id_exit_1_naming_the_known_ids(
-    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, schedule_id: str
+    client: Client, cli_env: dict[str, str], managed: str
 ) -> None:
-    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
-    try:
-        await wait_for(lambda: listed(client, schedule_id), timeout=20, what="listed")
-        for command in ("describe", "pause", "unpause", "trigger"):
-            result = await cli(cli_env, "schedules", command, "no-such-schedule")
-            assert result.code == 1, (command, result)
-            assert result.stderr.startswith("error: no schedule 'no-such-schedule' (known: ")
-            assert schedule_id in result.stderr
-            assert "Traceback" not in result.stderr
-        gone = await cli(cli_env, "schedules", "delete", "no-such-schedule", "--yes")
-        assert gone.code == 1 and "no schedule 'no-such-schedule'" in gone.stderr
-    finally:
-        await client.get_schedule_handle(schedule_id).delete()
+    await wait_for(lambda: listed(client, managed), timeout=20, what="listed")
+    for command in ("describe", "pause", "unpause", "trigger"):
+        result = await cli(cli_env, "schedules", command, "no-such-schedule")
+        assert result.code == 1, (command, result)
+        assert result.stderr.startswith("error: no schedule 'no-such-schedule' (known: ")
+        assert managed in result.stderr
+        assert "Traceback" not in result.stderr
+    gone = await cli(cli_env, "schedules", "delete", "no-such-schedule", "--yes")
+    assert gone.code == 1 and "no schedule 'no-such-schedule'" in gone.stderr
 
 
 async def test_operations_leave_a_schedule_cronwarden_did_not_create_alone(
@@ -380,48 +364,36 @@ async def test_operations_leave_a_schedule_cronwarden_did_not_create_alone(
 
 
 async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
-    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, schedule_id: str
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, managed: str
 ) -> None:
-    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
-    handle = client.get_schedule_handle(schedule_id)
+    handle = client.get_schedule_handle(managed)
     # A worker redeployed without the `probe` job.
     without_probe = JobRegistry()
     without_probe.register(REGISTRY.get("noop-digest"))
-    redeployed = build_worker(
-        client=client,
-        pool=pool,
-        registry=without_probe,
-        task_queue=task_queue,
-        graceful_shutdown=timedelta(seconds=5),
-    )
-    try:
-        async with redeployed:
-            await handle.trigger()
+    async with in_process_worker(client, pool, task_queue, without_probe):
+        await handle.trigger()
 
-            async def paused() -> bool:
-                return (await handle.describe()).schedule.state.paused
+        async def paused() -> bool:
+            return (await handle.describe()).schedule.state.paused
 
-            await wait_for(paused, timeout=30, what="the schedule paused by the worker")
-        desc = await handle.describe()
-        assert desc.schedule.state.note is not None
-        assert desc.schedule.state.note.startswith("paused by cronwarden: job 'probe'")
-        assert "is not registered on worker" in desc.schedule.state.note
-        (run,) = desc.info.recent_actions
-        wf = await client.get_workflow_handle(run.action.workflow_id).describe()  # type: ignore[attr-defined]
-        assert wf.status is not None and wf.status.name == "FAILED"
-        async with pool.acquire() as conn:
-            beat = await heartbeats.get(conn, schedule_id)
-        assert beat is not None
-        # Not an operator's pause: the monitor must keep paging.
-        assert beat["paused"] is False
-        assert "unknown job 'probe'" in (beat["last_error"] or "")
+        await wait_for(paused, timeout=30, what="the schedule paused by the worker")
+    desc = await handle.describe()
+    assert desc.schedule.state.note is not None
+    assert desc.schedule.state.note.startswith("paused by cronwarden: job 'probe'")
+    assert "is not registered on worker" in desc.schedule.state.note
+    (run,) = desc.info.recent_actions
+    assert isinstance(run.action, ScheduleActionExecutionStartWorkflow)
+    wf = await client.get_workflow_handle(run.action.workflow_id).describe()
+    assert wf.status is not None and wf.status.name == "FAILED"
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, managed)
+    assert beat is not None
+    # Not an operator's pause: the monitor must keep paging.
+    assert beat["paused"] is False
+    assert "unknown job 'probe'" in (beat["last_error"] or "")
 
-        status = await cli(cli_env, "status", "--json")
-        assert status.code == 0, status
-        row = next(
-            r for r in json.loads(status.stdout)["schedules"] if r["schedule_id"] == schedule_id
-        )
-        assert row["paused_by"] == "failure"
-        assert row["orphaned"] is True
-    finally:
-        await handle.delete()
+    status = await cli(cli_env, "status", "--json")
+    assert status.code == 0, status
+    row = next(r for r in json.loads(status.stdout)["schedules"] if r["schedule_id"] == managed)
+    assert row["paused_by"] == "failure"
+    assert row["orphaned"] is True
