@@ -7,12 +7,14 @@ schedule's action memo is compared first.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import asyncpg
+from temporalio.api.workflowservice.v1 import UpdateScheduleRequest
 from temporalio.client import (
     Client,
     Schedule,
@@ -21,8 +23,9 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
+from temporalio.service import RPCError
 
-from cronwarden.errors import InvalidInput
+from cronwarden.errors import CronwardenError, InvalidInput
 from cronwarden.logs import get_logger
 from schedules.duplicates import duplicates_of_existing
 from schedules.inventory import (
@@ -52,6 +55,14 @@ UNCHANGED = "unchanged"
 DELETED = "deleted"
 
 __all__ = ["NotManaged", "apply_definitions", "describe_or_none", "is_managed"]
+
+
+# Each attempt re-reads the schedule; a schedule still changing after this many is reported.
+UPDATE_ATTEMPTS = 5
+
+
+class ScheduleBusy(CronwardenError):
+    """Every update attempt met a concurrent change of the schedule."""
 
 
 class DuplicateSchedules(InvalidInput):
@@ -116,6 +127,53 @@ def _updater(
     return update
 
 
+async def send_update(client: Client, desc: ScheduleDescription, schedule: Schedule) -> None:
+    """Replace the schedule with `schedule`, unless it changed since `desc` was read.
+
+    The SDK's `handle.update` sends no conflict token, so a pause (or pause_on_failure) landing
+    between its describe and its update would be overwritten with the state read before it.
+    With the token, Temporal drops such an update instead (older servers silently: the caller
+    checks the outcome).
+    """
+    request = UpdateScheduleRequest(
+        namespace=client.namespace,
+        schedule_id=desc.id,
+        # The SDK's own conversion (payloads through the client's data converter).
+        schedule=await schedule._to_proto(client),
+        conflict_token=desc.raw_description.conflict_token,
+        identity=client.identity,
+        request_id=str(uuid.uuid4()),
+    )
+    await client.workflow_service.update_schedule(request, retry=True)
+
+
+async def _update(
+    client: Client, defn: ScheduleDefinition, schedule: Schedule, *, task_queue: str
+) -> None:
+    """Update until Temporal holds our definition, each attempt against a fresh description."""
+    handle = client.get_schedule_handle(defn.id)
+    decide = _updater(client, defn, schedule, task_queue=task_queue)
+    digest = definition_digest(defn, task_queue=task_queue)
+    for _ in range(UPDATE_ATTEMPTS):
+        desc = await handle.describe()
+        update = await decide(ScheduleUpdateInput(description=desc))
+        if update is None:
+            return
+        try:
+            await send_update(client, desc, update.schedule)
+        except RPCError as exc:
+            # Newer servers refuse a stale token outright; try again on a fresh description.
+            if "onflict" not in exc.message:
+                raise
+            continue
+        if action_memo(client, await handle.describe()).get(DIGEST_MEMO) == digest:
+            return
+    raise ScheduleBusy(
+        f"schedule '{defn.id}' kept changing while apply updated it ({UPDATE_ATTEMPTS} "
+        "attempts); nothing of it was overwritten: run apply again"
+    )
+
+
 async def apply_definitions(
     client: Client,
     pool: asyncpg.Pool | None,
@@ -153,7 +211,7 @@ async def apply_definitions(
                 # Created by a concurrent apply since we looked: fall back to an update.
                 change = Change(defn.id, UPDATED, ["(created concurrently)"])
         if change.action == UPDATED:
-            await handle.update(_updater(client, defn, schedule, task_queue=task_queue))
+            await _update(client, defn, schedule, task_queue=task_queue)
         # An unchanged schedule needs no second look: what we described is current.
         desc = (
             planned_desc if change.action == UNCHANGED and planned_desc else await handle.describe()

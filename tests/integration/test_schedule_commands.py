@@ -23,11 +23,13 @@ from temporalio.client import (
     ScheduleIntervalSpec,
     ScheduleSpec,
 )
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.jobs import REGISTRY, JobRegistry
-from schedules.apply import apply_definitions, describe_or_none
-from schedules.inventory import schedule_ids
+from schedules.apply import apply_definitions, describe_or_none, send_update
+from schedules.inventory import action_memo, schedule_ids
+from schedules.mapping import DIGEST_MEMO, definition_digest, to_temporal
 from schedules.model import ScheduleDefinition
 from store import heartbeats
 from tests.integration.conftest import fetch, in_process_worker, wait_for
@@ -397,3 +399,41 @@ async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
     row = next(r for r in json.loads(status.stdout)["schedules"] if r["schedule_id"] == managed)
     assert row["paused_by"] == "failure"
     assert row["orphaned"] is True
+
+
+async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_it(
+    client: Client, pool: asyncpg.Pool, task_queue: str, managed: str
+) -> None:
+    handle = client.get_schedule_handle(managed)
+    stale = await handle.describe()
+    await handle.pause(note="operator: hold")
+    changed = definition(managed, timeout="7m")
+    # What a read-modify-write without a conflict token would send: the state read before the
+    # pause. Temporal must drop it.
+    replacement = to_temporal(changed, task_queue=task_queue)
+    replacement.state = stale.schedule.state
+    try:
+        await send_update(client, stale, replacement)
+    except RPCError as exc:
+        assert "onflict" in exc.message
+    # Patches and updates are applied in order: once this note shows, the stale update has
+    # been dealt with.
+    await handle.pause(note="operator: still holding")
+
+    async def noted() -> bool:
+        return (await handle.describe()).schedule.state.note == "operator: still holding"
+
+    await wait_for(noted, timeout=20, what="the second pause note")
+    after = await handle.describe()
+    assert after.schedule.state.paused is True
+    assert action_memo(client, after)[DIGEST_MEMO] == definition_digest(
+        definition(managed), task_queue=task_queue
+    )
+
+    (change,) = await apply_definitions(client, pool, [changed], task_queue=task_queue)
+    assert change.action == "updated" and change.changed_fields == ["timeout"]
+    final = await handle.describe()
+    assert final.schedule.state.paused is True
+    assert action_memo(client, final)[DIGEST_MEMO] == definition_digest(
+        changed, task_queue=task_queue
+    )
