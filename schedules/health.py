@@ -18,6 +18,8 @@ UNTRACKED = "untracked"
 """No heartbeat row: a schedule cronwarden did not create (or one never applied)."""
 
 OPERATOR = "operator"
+# The start of the Temporal note `schedules pause` writes: "paused by operator: <reason>".
+OPERATOR_NOTE = "paused by operator"
 FAILURE = "failure"
 
 

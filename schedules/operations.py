@@ -19,12 +19,12 @@ from temporalio.client import Client
 from activities.contract import logical_key
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
+from schedules.health import OPERATOR_NOTE
 from schedules.inventory import ScheduleView, get_managed
 from store import heartbeats
 
 log = get_logger("cronwarden.schedules")
 
-OPERATOR_NOTE = "paused by operator"
 # How long `trigger` waits for Temporal to report the run it started.
 TRIGGER_WAIT_SECONDS = 10.0
 

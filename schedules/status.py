@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from schedules.health import derive_health, format_age, paused_by
+from schedules.health import OPERATOR, OPERATOR_NOTE, derive_health, format_age, paused_by
 from schedules.inventory import ScheduleView
 
 
@@ -160,7 +160,11 @@ def pause_text(row: StatusRow) -> str:
     kind = row.paused_by or "no"
     if row.orphaned:
         kind += ", job not registered"
-    return f"{kind}: {row.pause_note}" if row.pause_note else kind
+    note = row.pause_note
+    if note and row.paused_by == OPERATOR:
+        # `schedules pause` writes "paused by operator: <reason>"; the column already says who.
+        note = note.removeprefix(OPERATOR_NOTE).lstrip(": ") or None
+    return f"{kind}: {note}" if note else kind
 
 
 def success_text(row: StatusRow) -> str:

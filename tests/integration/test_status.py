@@ -88,7 +88,7 @@ async def test_operator_pause_and_failure_pause_show_differently(
     lines = table.stdout.splitlines()
     operator_line = next(line for line in lines if by_operator in line)
     failure_line = next(line for line in lines if by_failure in line)
-    assert "operator: paused by operator: vendor outage" in operator_line
+    assert "operator: vendor outage" in operator_line
     assert "failure: Workflow failed: boom" in failure_line
 
 
