@@ -452,11 +452,16 @@ def _print_status(rows: list[StatusRow], *, zone: tzinfo, now: datetime) -> None
             escape(success_text(r)),
             display_time(r.next_expected_at, zone),
             f"[{style}]{r.health}[/]" if style else r.health,
-            escape(r.last_error or "-"),
+            escape(_clip(r.last_error or "-", 50)),
             f"{r.skipped_overlap} / {r.missed_catchup}",
         )
     out.print(f"cronwarden status at {display_time(now, zone)}")
     _print_table(table)
+
+
+def _clip(text: str, limit: int) -> str:
+    # The table stays scannable; `status --json` and `schedules describe` carry the full text.
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _print_table(table: Table) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+from activities.contract import ORPHAN_NOTE_PREFIX
 from schedules.health import OPERATOR, OPERATOR_NOTE, derive_health, format_age, paused_by
 from schedules.inventory import ScheduleView
 
@@ -158,12 +159,14 @@ def pause_text(row: StatusRow) -> str:
     if not row.paused and row.paused_by is None:
         return "no"
     kind = row.paused_by or "no"
-    if row.orphaned:
-        kind += ", job not registered"
     note = row.pause_note
     if note and row.paused_by == OPERATOR:
         # `schedules pause` writes "paused by operator: <reason>"; the column already says who.
         note = note.removeprefix(OPERATOR_NOTE).lstrip(": ") or None
+    elif note and note.startswith(ORPHAN_NOTE_PREFIX):
+        note = note.removeprefix("paused by cronwarden: ")
+    elif row.orphaned:
+        kind += ", job not registered"
     return f"{kind}: {note}" if note else kind
 
 

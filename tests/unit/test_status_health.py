@@ -139,3 +139,13 @@ def test_an_operator_pause_row_reads_operator_with_its_reason() -> None:
     assert row.health == PAUSED
     assert pause_text(row) == "operator: migration"
     assert success_text(row) == "never"
+
+
+def test_an_orphan_pause_reads_failure_with_the_missing_job() -> None:
+    note = "paused by cronwarden: job 'export' is not registered on worker 7@host"
+    (row,) = build_rows([], {"o": beat("o")}, now=NOW)
+    row.paused, row.paused_by, row.pause_note, row.orphaned = True, FAILURE, note, True
+    assert pause_text(row) == "failure: job 'export' is not registered on worker 7@host"
+    # pause_on_failure or an operator may have replaced the worker's note since.
+    row.pause_note = "paused due to workflow failure (unknown job 'export')"
+    assert pause_text(row).startswith("failure, job not registered: paused due to")
