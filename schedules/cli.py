@@ -470,4 +470,4 @@ def _print_table(table: Table) -> None:
     if out.is_terminal:
         out.print(table)
     else:
-        Console(file=out.file, width=240, highlight=False).print(table)
+        Console(file=out.file, width=400, highlight=False).print(table)

@@ -309,6 +309,35 @@ async def test_trigger_produces_a_run_whose_outbox_row_exists(
     assert json.loads(again.stdout)["logical_key"] != data["logical_key"]
 
 
+async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
+    client: Client,
+    pool: asyncpg.Pool,
+    cli_env: dict[str, str],
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+) -> None:
+    slow = definition(schedule_id, args={"sleep": 8})
+    await apply_definitions(client, pool, [slow], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        first = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
+        assert first.code == 0, first
+        key = json.loads(first.stdout)["logical_key"]
+
+        async def running() -> bool:
+            return bool((await handle.describe()).info.running_actions)
+
+        await wait_for(running, timeout=10, what="the first run to be running")
+        second = await cli(cli_env, "schedules", "trigger", schedule_id)
+        assert second.code == 1, second
+        assert "skipped the triggered run" in second.stderr
+        assert "overlap is skip" in second.stderr
+        await wait_for(lambda: committed(pool, key), timeout=30, what="the first run's commit")
+    finally:
+        await handle.delete()
+
+
 async def test_delete_removes_the_schedule_and_its_heartbeat_and_keeps_the_outbox(
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], worker: Worker, managed: str
 ) -> None:
