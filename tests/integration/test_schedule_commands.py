@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -64,17 +64,30 @@ async def cleanup(client: Client) -> AsyncIterator[list[str]]:
             await client.get_schedule_handle(sid).delete()
 
 
+ApplyOne = Callable[[ScheduleDefinition], Awaitable[ScheduleHandle]]
+
+
 @pytest_asyncio.fixture(loop_scope="session")
-async def managed(
-    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
-) -> AsyncIterator[str]:
-    """A schedule applied by cronwarden that never fires on its own; deleted afterwards."""
-    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
-    try:
-        yield schedule_id
-    finally:
-        if await describe_or_none(client, schedule_id) is not None:
-            await client.get_schedule_handle(schedule_id).delete()
+async def apply_one(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncIterator[ApplyOne]:
+    """Applies a definition as `schedules apply` would; the schedule is deleted afterwards."""
+    applied: list[str] = []
+
+    async def apply(defn: ScheduleDefinition) -> ScheduleHandle:
+        await apply_definitions(client, pool, [defn], task_queue=task_queue)
+        applied.append(defn.id)
+        return client.get_schedule_handle(defn.id)
+
+    yield apply
+    for sid in applied:
+        if await describe_or_none(client, sid) is not None:
+            await client.get_schedule_handle(sid).delete()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def managed(apply_one: ApplyOne, schedule_id: str) -> str:
+    """A schedule applied by cronwarden that never fires on its own."""
+    await apply_one(definition(schedule_id))
+    return schedule_id
 
 
 async def committed(pool: asyncpg.Pool, logical_key: str) -> list[asyncpg.Record]:
@@ -218,42 +231,35 @@ async def test_list_marks_unmanaged_schedules_and_its_json_has_the_documented_ke
 
 
 async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
-    client: Client,
     pool: asyncpg.Pool,
     cli_env: dict[str, str],
-    task_queue: str,
     worker: Worker,
+    apply_one: ApplyOne,
     schedule_id: str,
 ) -> None:
-    defn = definition(schedule_id, cron=None, every="2s", catchup_window="1m")
-    await apply_definitions(client, pool, [defn], task_queue=task_queue)
-    try:
-        await wait_for(
-            lambda: fetch(
-                pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id
-            ),
-            timeout=30,
-            what="a committed run",
-        )
-        result = await cli(cli_env, "schedules", "describe", schedule_id, "--json")
-        assert result.code == 0, result
-        data = json.loads(result.stdout)
-        assert data["spec"] == "every 2s"
-        assert data["overlap"] == "skip"
-        assert data["catchup_window"] == "1m"
-        assert data["pause_on_failure"] is True
-        assert data["paused"] is False
-        assert len(data["next_fire_times"]) == 5
-        assert {"skipped_overlap", "missed_catchup"} <= set(data)
-        committed = [r for r in data["recent_runs"] if r["committed"]]
-        assert committed and committed[0]["status"] == "completed"
-        assert committed[0]["logical_key"].startswith(f"{schedule_id}@")
+    await apply_one(definition(schedule_id, cron=None, every="2s", catchup_window="1m"))
+    await wait_for(
+        lambda: fetch(pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id),
+        timeout=30,
+        what="a committed run",
+    )
+    result = await cli(cli_env, "schedules", "describe", schedule_id, "--json")
+    assert result.code == 0, result
+    data = json.loads(result.stdout)
+    assert data["spec"] == "every 2s"
+    assert data["overlap"] == "skip"
+    assert data["catchup_window"] == "1m"
+    assert data["pause_on_failure"] is True
+    assert data["paused"] is False
+    assert len(data["next_fire_times"]) == 5
+    assert {"skipped_overlap", "missed_catchup"} <= set(data)
+    done = [r for r in data["recent_runs"] if r["committed"]]
+    assert done and done[0]["status"] == "completed"
+    assert done[0]["logical_key"].startswith(f"{schedule_id}@")
 
-        text = await cli(cli_env, "schedules", "describe", schedule_id)
-        assert text.code == 0
-        assert "every 2s" in text.stdout and "completed, committed" in text.stdout
-    finally:
-        await client.get_schedule_handle(schedule_id).delete()
+    text = await cli(cli_env, "schedules", "describe", schedule_id)
+    assert text.code == 0
+    assert "every 2s" in text.stdout and "completed, committed" in text.stdout
 
 
 async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_fire(
@@ -310,32 +316,26 @@ async def test_trigger_produces_a_run_whose_outbox_row_exists(
 
 
 async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
-    client: Client,
     pool: asyncpg.Pool,
     cli_env: dict[str, str],
-    task_queue: str,
     worker: Worker,
+    apply_one: ApplyOne,
     schedule_id: str,
 ) -> None:
-    slow = definition(schedule_id, args={"sleep": 8})
-    await apply_definitions(client, pool, [slow], task_queue=task_queue)
-    handle = client.get_schedule_handle(schedule_id)
-    try:
-        first = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
-        assert first.code == 0, first
-        key = json.loads(first.stdout)["logical_key"]
+    handle = await apply_one(definition(schedule_id, args={"sleep": 8}))
+    first = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
+    assert first.code == 0, first
+    key = json.loads(first.stdout)["logical_key"]
 
-        async def running() -> bool:
-            return bool((await handle.describe()).info.running_actions)
+    async def running() -> bool:
+        return bool((await handle.describe()).info.running_actions)
 
-        await wait_for(running, timeout=10, what="the first run to be running")
-        second = await cli(cli_env, "schedules", "trigger", schedule_id)
-        assert second.code == 1, second
-        assert "skipped the triggered run" in second.stderr
-        assert "overlap is skip" in second.stderr
-        await wait_for(lambda: committed(pool, key), timeout=30, what="the first run's commit")
-    finally:
-        await handle.delete()
+    await wait_for(running, timeout=10, what="the first run to be running")
+    second = await cli(cli_env, "schedules", "trigger", schedule_id)
+    assert second.code == 1, second
+    assert "skipped the triggered run" in second.stderr
+    assert "overlap is skip" in second.stderr
+    await wait_for(lambda: committed(pool, key), timeout=30, what="the first run's commit")
 
 
 async def test_delete_removes_the_schedule_and_its_heartbeat_and_keeps_the_outbox(
