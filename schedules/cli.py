@@ -191,6 +191,19 @@ def schedules_list(as_json: JsonOption = False) -> None:
     run_command(go)
 
 
+async def _run_status(client: Client, workflow_id: str, run_id: str) -> str:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        wf = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            # Past the namespace's retention: Temporal no longer knows it; the outbox may.
+            return "expired"
+        raise
+    return wf.status.name.lower() if wf.status else "unknown"
+
+
 async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> dict[str, Any]:
     from activities.contract import logical_key
     from store import heartbeats, outbox
@@ -201,14 +214,13 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
         beat = await heartbeats.get(conn, v.schedule_id)
     runs = []
     for r in sorted(v.recent_runs, key=lambda r: r.scheduled_at, reverse=True):
-        wf = await client.get_workflow_handle(r.workflow_id, run_id=r.run_id).describe()
         runs.append(
             {
                 "logical_key": keys[r.workflow_id],
                 "scheduled_at": _iso(r.scheduled_at),
                 "started_at": _iso(r.started_at),
                 "workflow_id": r.workflow_id,
-                "status": wf.status.name.lower() if wf.status else "unknown",
+                "status": await _run_status(client, r.workflow_id, r.run_id),
                 "committed": keys[r.workflow_id] in committed,
             }
         )
