@@ -191,17 +191,26 @@ def schedules_list(as_json: JsonOption = False) -> None:
     run_command(go)
 
 
-async def _run_status(client: Client, workflow_id: str, run_id: str) -> str:
+async def _run_outcome(client: Client, workflow_id: str, run_id: str) -> tuple[str, str | None]:
+    """Temporal's status of a run and, for a completed one, the guard's in-band outcome
+    (`ran`, `already-done`, `overlap-locked`)."""
     from temporalio.service import RPCError, RPCStatusCode
 
+    from activities.contract import RunOutcome
+
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=RunOutcome)
     try:
-        wf = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+        wf = await handle.describe()
+        status = wf.status.name.lower() if wf.status else "unknown"
+        if status != "completed":
+            return status, None
+        result = await handle.result(follow_runs=False)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             # Past the namespace's retention: Temporal no longer knows it; the outbox may.
-            return "expired"
+            return "expired", None
         raise
-    return wf.status.name.lower() if wf.status else "unknown"
+    return status, result.outcome
 
 
 async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> dict[str, Any]:
@@ -214,13 +223,15 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
         beat = await heartbeats.get(conn, v.schedule_id)
     runs = []
     for r in sorted(v.recent_runs, key=lambda r: r.scheduled_at, reverse=True):
+        status, outcome = await _run_outcome(client, r.workflow_id, r.run_id)
         runs.append(
             {
                 "logical_key": keys[r.workflow_id],
                 "scheduled_at": _iso(r.scheduled_at),
                 "started_at": _iso(r.started_at),
                 "workflow_id": r.workflow_id,
-                "status": await _run_status(client, r.workflow_id, r.run_id),
+                "status": status,
+                "outcome": outcome,
                 "committed": keys[r.workflow_id] in committed,
             }
         )
@@ -284,6 +295,7 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
         lines.append("recent runs" + ("" if data["recent_runs"] else "  none"))
         lines += [
             f"  {r['logical_key']}  {r['status']}"
+            + (f" ({r['outcome']})" if r["outcome"] else "")
             + (", committed" if r["committed"] else ", not committed")
             for r in data["recent_runs"]
         ]

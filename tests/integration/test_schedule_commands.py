@@ -254,12 +254,12 @@ async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
     assert len(data["next_fire_times"]) == 5
     assert {"skipped_overlap", "missed_catchup"} <= set(data)
     done = [r for r in data["recent_runs"] if r["committed"]]
-    assert done and done[0]["status"] == "completed"
+    assert done and done[0]["status"] == "completed" and done[0]["outcome"] == "ran"
     assert done[0]["logical_key"].startswith(f"{schedule_id}@")
 
     text = await cli(cli_env, "schedules", "describe", schedule_id)
     assert text.code == 0
-    assert "every 2s" in text.stdout and "completed, committed" in text.stdout
+    assert "every 2s" in text.stdout and "completed (ran), committed" in text.stdout
 
 
 async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_fire(
