@@ -186,3 +186,17 @@ async def test_status_with_postgres_unreachable_is_one_sentence(cli_env: dict[st
     assert "cannot reach Postgres at 127.0.0.1:1/x" in result.stderr
     assert "pw-" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_colour_only_on_a_terminal_and_never_in_json(
+    cli_env: dict[str, str], two: list[str]
+) -> None:
+    plain = await cli(cli_env, "status")
+    assert plain.code == 0 and "\x1b[" not in plain.stdout
+    # FORCE_COLOR makes rich treat the output as a colour terminal.
+    env = {**cli_env, "FORCE_COLOR": "1", "COLUMNS": "300"}
+    coloured = await cli(env, "status")
+    assert coloured.code == 0 and "\x1b[" in coloured.stdout
+    as_json = await cli(env, "status", "--json")
+    assert as_json.code == 0 and "\x1b[" not in as_json.stdout
+    json.loads(as_json.stdout)
