@@ -29,6 +29,7 @@ from schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO
 
 # How many ids an "unknown schedule" error lists before it says "…".
 _KNOWN_SHOWN = 10
+_DESCRIBE_CONCURRENCY = 16
 _TIMEDELTA = TypeAdapter(timedelta)
 
 
@@ -164,7 +165,14 @@ async def view(client: Client, desc: ScheduleDescription) -> ScheduleView:
 async def all_views(client: Client) -> list[ScheduleView]:
     """Every schedule of the namespace, described, in id order."""
     ids = await schedule_ids(client)
-    described = await asyncio.gather(*(describe_or_none(client, i) for i in ids))
+    # Bounded: a namespace with thousands of schedules must not open thousands of RPCs at once.
+    limit = asyncio.Semaphore(_DESCRIBE_CONCURRENCY)
+
+    async def describe(schedule_id: str) -> ScheduleDescription | None:
+        async with limit:
+            return await describe_or_none(client, schedule_id)
+
+    described = await asyncio.gather(*(describe(i) for i in ids))
     # A schedule deleted between the list and its describe is simply gone.
     return [await view(client, d) for d in described if d is not None]
 
