@@ -62,13 +62,25 @@ def migrate() -> None:
 
 
 @app.command()
-def worker() -> None:
+def worker(
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve /healthz and /readyz on this port (default: CRONWARDEN_HEALTH_PORT).",
+        ),
+    ] = None,
+) -> None:
     """Run a worker until SIGINT/SIGTERM, then drain in-flight runs and exit 0."""
 
     async def go() -> None:
         from cronwarden.worker_runtime import run_worker
 
-        await run_worker(load_settings())
+        settings = load_settings()
+        if health_port is not None:
+            settings = settings.model_copy(update={"health_port": health_port})
+        await run_worker(settings)
 
     run_command(go)
 
