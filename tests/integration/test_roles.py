@@ -16,6 +16,7 @@ from activities.contract import RAN, logical_key
 from store.migrate import migrate
 from store.pool import connect, create_pool
 from tests.integration.conftest import REPO_ROOT
+from tests.integration.test_cli import cli
 from tests.integration.test_guard import FIRE, effects, start_run
 from tests.integration.test_worker_process import in_process_worker
 
@@ -138,3 +139,14 @@ async def test_a_worker_on_the_runtime_role_runs_and_commits(
         assert user == RUNTIME
     finally:
         await pool.close()
+
+
+async def test_the_runtime_role_may_check_migrations_but_not_apply_them(
+    roles: str, cli_env: dict[str, str]
+) -> None:
+    env = {**cli_env, "CRONWARDEN_DATABASE_URL": as_role(roles, RUNTIME)}
+    checked = await cli(env, "migrate", "--check")
+    assert (checked.code, checked.stdout.strip()) == (0, "database is up to date")
+    applied = await cli(env, "migrate")
+    assert applied.code == 1
+    assert "permission denied" in applied.stderr
