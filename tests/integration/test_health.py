@@ -9,14 +9,13 @@ import asyncpg
 import pytest
 from temporalio.client import Client
 
-from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedTemporal, free_port
 from cronwarden.errors import PortInUse
 from cronwarden.health import WorkerReadiness, serve_health
 from cronwarden.worker_runtime import run_worker
 from store.pool import create_pool
 from tests.http_probe import Answer, http_get
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import wait_for, worker_settings
 
 pytestmark = pytest.mark.integration
 
@@ -25,13 +24,7 @@ async def test_the_health_endpoints_answer_as_specified(
     temporal_server: EmbeddedTemporal, client: Client, pool: asyncpg.Pool, task_queue: str
 ) -> None:
     port = free_port()
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        temporal_address=temporal_server.address,
-        task_queue=task_queue,
-        jobs="tests.jobs",
-        health_port=port,
-    )
+    settings = worker_settings(temporal_server, task_queue, health_port=port)
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(settings, client=client, pool=pool, stop=stop))
     try:

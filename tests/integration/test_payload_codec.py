@@ -14,10 +14,10 @@ from temporalio.client import Client, ScheduleActionStartWorkflow
 
 from activities.contract import RAN, logical_key
 from cronwarden import temporal
-from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedTemporal
 from cronwarden.worker_runtime import run_worker
 from tests.codecs import ENCODING
+from tests.integration.conftest import worker_settings
 from tests.integration.test_cli import cli, write
 from tests.integration.test_guard import FIRE, effects, start_run
 
@@ -33,13 +33,7 @@ async def test_a_run_round_trips_through_the_codec_and_is_stored_encoded(
     task_queue: str,
     schedule_id: str,
 ) -> None:
-    settings = Settings(
-        _env_file=None,  # type: ignore[call-arg]
-        temporal_address=temporal_server.address,
-        task_queue=task_queue,
-        jobs="tests.jobs",
-        payload_codec=CODEC,
-    )
+    settings = worker_settings(temporal_server, task_queue, payload_codec=CODEC)
     coded = await temporal.connect(settings)
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(settings, client=coded, pool=pool, stop=stop))
