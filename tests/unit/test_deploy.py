@@ -239,6 +239,7 @@ def test_every_pod_runs_locked_down_without_a_service_account_token(
         assert pod["automountServiceAccountToken"] is False, name
         assert pod["serviceAccountName"] == "cronwarden", name
         assert pod["securityContext"]["runAsNonRoot"] is True, name
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
         for c in containers(pod):
             assert c["securityContext"] == {
                 "allowPrivilegeEscalation": False,
