@@ -55,6 +55,8 @@ def migrate(
     ] = 0.0,
 ) -> None:
     """Apply pending database migrations (safe to run from several replicas at once)."""
+    if wait and not check:
+        raise typer.BadParameter("--wait only applies with --check", param_hint="--wait")
 
     async def go() -> None:
         from store.migrate import migrate as run_migrations

@@ -43,3 +43,9 @@ async def test_check_waits_for_the_migrations_to_land(
     out, err = await asyncio.wait_for(waiting.communicate(), timeout=60)
     assert waiting.returncode == 0, err.decode()
     assert out.decode().strip() == "database is up to date"
+
+
+async def test_wait_without_check_is_refused(cli_env: dict[str, str]) -> None:
+    result = await cli(cli_env, "migrate", "--wait", "5")
+    assert result.code == 2
+    assert "--wait only applies with --check" in result.stderr

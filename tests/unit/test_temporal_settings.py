@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 from temporalio.service import TLSConfig
-from typer.testing import CliRunner
 
-from cronwarden.cli import app
 from cronwarden.codec import data_converter
 from cronwarden.config import Settings, settings_error_message
 from cronwarden.temporal import tls_config
@@ -117,10 +118,17 @@ def test_the_codec_is_off_unless_named() -> None:
 def test_the_cli_refuses_inconsistent_tls_with_one_sentence_and_exit_2(
     pem_files: dict[str, Path],
 ) -> None:
-    result = CliRunner().invoke(
-        app, ["worker"], env={"CRONWARDEN_TEMPORAL_TLS_CERT": str(pem_files["cert"])}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONWARDEN_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "cronwarden", "worker"],
+        env={**env, "CRONWARDEN_TEMPORAL_TLS_CERT": str(pem_files["cert"])},
+        cwd=pem_files["cert"].parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
-    assert result.exit_code == 2
+    assert result.returncode == 2
     assert result.stderr.strip() == (
         "error: invalid configuration: CRONWARDEN_TEMPORAL_TLS_CERT is set but "
         "CRONWARDEN_TEMPORAL_TLS_KEY is not: mTLS needs both the client certificate and its key"
