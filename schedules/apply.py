@@ -94,7 +94,7 @@ async def plan_one(
             f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
             "it is left alone: delete it yourself or give this schedule another id"
         )
-    memo = action_memo(client, desc)
+    memo = await action_memo(client, desc)
     if memo.get(DIGEST_MEMO) == definition_digest(defn, task_queue=task_queue):
         return Change(defn.id, UNCHANGED), desc
     old = memo.get(DEFINITION_MEMO)
@@ -118,7 +118,7 @@ def _updater(
                 f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
                 "it is left alone"
             )
-        if action_memo(client, current).get(DIGEST_MEMO) == digest:
+        if (await action_memo(client, current)).get(DIGEST_MEMO) == digest:
             return None
         # Keep the live state: re-applying a file must not undo an operator's pause.
         schedule.state = current.schedule.state
@@ -166,7 +166,7 @@ async def _update(
             if "onflict" not in exc.message:
                 raise
             continue
-        if action_memo(client, await handle.describe()).get(DIGEST_MEMO) == digest:
+        if (await action_memo(client, await handle.describe())).get(DIGEST_MEMO) == digest:
             return
     raise ScheduleBusy(
         f"schedule '{defn.id}' kept changing while apply updated it ({UPDATE_ATTEMPTS} "

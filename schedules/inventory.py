@@ -94,16 +94,16 @@ async def is_managed(desc: ScheduleDescription) -> bool:
     return isinstance(value, dict) and value.get("managed") is True
 
 
-def action_memo(client: Client, desc: ScheduleDescription) -> dict[str, Any]:
+async def action_memo(client: Client, desc: ScheduleDescription) -> dict[str, Any]:
     action = desc.schedule.action
     if not isinstance(action, ScheduleActionStartWorkflow) or not action.memo:
         return {}
-    converter = client.data_converter.payload_converter
     decoded: dict[str, Any] = {}
     for key, payload in action.memo.items():
-        # Described schedules carry raw payloads; decode ours, ignore what we cannot read.
+        # Described schedules carry raw payloads; decode ours (through the payload codec, if
+        # one is configured), ignore what we cannot read.
         try:
-            decoded[key] = converter.from_payloads([payload])[0]
+            decoded[key] = (await client.data_converter.decode([payload]))[0]
         except Exception:  # a foreign memo value is not our concern
             continue
     return decoded
@@ -126,7 +126,7 @@ async def schedule_ids(client: Client) -> list[str]:
 
 async def view(client: Client, desc: ScheduleDescription) -> ScheduleView:
     managed = await is_managed(desc)
-    definition = action_memo(client, desc).get(DEFINITION_MEMO) if managed else None
+    definition = (await action_memo(client, desc)).get(DEFINITION_MEMO) if managed else None
     if not isinstance(definition, dict):
         definition = None
     policy, info, state = desc.schedule.policy, desc.info, desc.schedule.state

@@ -4,10 +4,11 @@ trigger and delete."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities.jobs import REGISTRY, JobRegistry
+from schedules import operations
 from schedules.apply import apply_definitions, describe_or_none, send_update
 from schedules.inventory import action_memo, schedule_ids
 from schedules.mapping import DIGEST_MEMO, definition_digest, to_temporal
@@ -294,7 +296,7 @@ async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_f
 
 
 async def test_trigger_produces_a_run_whose_outbox_row_exists(
-    pool: asyncpg.Pool, cli_env: dict[str, str], worker: Worker, managed: str
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], worker: Worker, managed: str
 ) -> None:
     result = await cli(cli_env, "schedules", "trigger", managed, "--json")
     assert result.code == 0, result
@@ -309,10 +311,32 @@ async def test_trigger_produces_a_run_whose_outbox_row_exists(
     )
     assert rows[0]["workflow_id"] == data["workflow_id"]
 
+    # The workflow completes a moment after its commit; until then `skip` would drop a trigger.
+    async def idle() -> bool:
+        return not (await client.get_schedule_handle(managed).describe()).info.running_actions
+
+    await wait_for(idle, timeout=30, what="the first run to finish")
     # A second trigger right away must not collide with the first one's workflow id.
     again = await cli(cli_env, "schedules", "trigger", managed, "--json")
     assert again.code == 0, again
     assert json.loads(again.stdout)["logical_key"] != data["logical_key"]
+
+
+async def test_two_triggers_in_one_second_start_two_runs(
+    client: Client, apply_one: ApplyOne, schedule_id: str
+) -> None:
+    # allow_all (a read-only job): neither run waits for the other, so only the workflow id
+    # could make Temporal drop the second start.
+    await apply_one(definition(schedule_id, job="noop-digest", overlap="allow_all", args={}))
+    # Start at the top of a second so that both triggers fall inside it.
+    await asyncio.sleep(1.02 - datetime.now(UTC).microsecond / 1_000_000)
+    first = await operations.trigger(client, schedule_id)
+    second = await operations.trigger(client, schedule_id)
+    assert first.workflow_id and second.workflow_id
+    assert first.workflow_id != second.workflow_id
+    assert first.logical_key != second.logical_key
+    runs = (await client.get_schedule_handle(schedule_id).describe()).info.recent_actions
+    assert len(runs) == 2
 
 
 async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
@@ -455,7 +479,7 @@ async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_i
     await wait_for(noted, timeout=20, what="the second pause note")
     after = await handle.describe()
     assert after.schedule.state.paused is True
-    assert action_memo(client, after)[DIGEST_MEMO] == definition_digest(
+    assert (await action_memo(client, after))[DIGEST_MEMO] == definition_digest(
         definition(managed), task_queue=task_queue
     )
 
@@ -463,6 +487,6 @@ async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_i
     assert change.action == "updated" and change.changed_fields == ["timeout"]
     final = await handle.describe()
     assert final.schedule.state.paused is True
-    assert action_memo(client, final)[DIGEST_MEMO] == definition_digest(
+    assert (await action_memo(client, final))[DIGEST_MEMO] == definition_digest(
         changed, task_queue=task_queue
     )
