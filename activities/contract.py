@@ -26,6 +26,10 @@ NO_FIRE_TIME = "NoFireTime"
 JOB_FAILED = "JobFailed"
 NON_RETRYABLE_TYPES = [UNKNOWN_JOB, INVALID_ARGS, INVALID_RESULT]
 
+# The start of the schedule note a worker leaves when it pauses a schedule whose job it does not
+# have; `status` recognises orphaned schedules by it.
+ORPHAN_NOTE_PREFIX = "paused by cronwarden: job "
+
 KEY_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 

@@ -29,6 +29,7 @@ from activities.contract import (
     INVALID_RESULT,
     JOB_FAILED,
     LEASE_LOST,
+    ORPHAN_NOTE_PREFIX,
     OVERLAP_LOCKED,
     RAN,
     RUN_GUARDED,
@@ -84,7 +85,7 @@ class GuardedRun:
             attempt=info.attempt,
             workflow_id=info.workflow_id,
         )
-        spec = self._job_spec(inp, log)
+        spec = await self._job_spec(inp, log)
         args = self._validate_args(spec, inp, log)
         fire_time = parse_fire_time(inp.fire_time)
         # Same workflow run + activity id = a Temporal retry of this very activity; the attempt
@@ -258,12 +259,37 @@ class GuardedRun:
             f"the commit failed and did not land: {type(exc).__name__}: {exc}", type=COMMIT_FAILED
         ) from exc
 
-    def _job_spec(self, inp: GuardedRunInput, log: Any) -> JobSpec:
+    async def _job_spec(self, inp: GuardedRunInput, log: Any) -> JobSpec:
         try:
             return self._registry.get(inp.job)
         except UnknownJob as exc:
             log.error("run.unknown-job", job=inp.job)
+            await self._pause_orphan(inp, str(exc), log)
             raise ApplicationError(str(exc), type=UNKNOWN_JOB, non_retryable=True) from exc
+
+    async def _pause_orphan(self, inp: GuardedRunInput, error: str, log: Any) -> None:
+        """A worker without the schedule's job (redeployed without it): every fire would fail
+        the same way, so pause the schedule with a note saying why. The heartbeat row is NOT
+        marked paused: this is not an operator's pause, and the monitor must keep paging."""
+        note = f"{ORPHAN_NOTE_PREFIX}'{inp.job}' is not registered on worker {self._worker}"
+        try:
+            async with self._pool.acquire() as conn:
+                await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
+        except _DB_ERRORS as exc:
+            log.warning("run.record-failure-failed", error=str(exc))
+        if self._client is None:
+            return
+        try:
+            await self._client.get_schedule_handle(inp.schedule_id).pause(
+                note=note, rpc_timeout=DESCRIBE_TIMEOUT
+            )
+        except RPCError as exc:
+            # A replay of a deleted schedule has nothing to pause; anything else is logged, and
+            # the run still fails non-retryably.
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                log.warning("run.orphan-pause-failed", error=str(exc))
+            return
+        log.warning("schedule.paused-orphan", job=inp.job, note=note)
 
     def _validate_args(self, spec: JobSpec, inp: GuardedRunInput, log: Any) -> Any:
         try:

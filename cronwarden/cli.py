@@ -14,7 +14,7 @@ import typer
 from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import configure as configure_logging
-from schedules.cli import schedules_app
+from schedules.cli import schedules_app, status_command
 
 app = typer.Typer(
     name="cronwarden",
@@ -24,6 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(schedules_app, name="schedules")
+app.command("status")(status_command)
 
 
 @app.callback()

@@ -7,25 +7,35 @@ schedule's action memo is compared first.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import asyncpg
+from temporalio.api.workflowservice.v1 import UpdateScheduleRequest
 from temporalio.client import (
     Client,
     Schedule,
-    ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleDescription,
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
-from cronwarden.errors import CronwardenError
+from cronwarden.errors import CronwardenError, InvalidInput
 from cronwarden.logs import get_logger
+from schedules.duplicates import duplicates_of_existing
+from schedules.inventory import (
+    NotManaged,
+    ScheduleView,
+    action_memo,
+    all_views,
+    describe_or_none,
+    is_managed,
+)
 from schedules.mapping import (
     DEFINITION_MEMO,
     DIGEST_MEMO,
@@ -42,6 +52,22 @@ log = get_logger("cronwarden.schedules")
 CREATED = "created"
 UPDATED = "updated"
 UNCHANGED = "unchanged"
+DELETED = "deleted"
+
+__all__ = ["NotManaged", "apply_definitions", "describe_or_none", "is_managed"]
+
+
+# Each attempt re-reads the schedule; a schedule still changing after this many is reported.
+UPDATE_ATTEMPTS = 5
+
+
+class ScheduleBusy(CronwardenError):
+    """Every update attempt met a concurrent change of the schedule."""
+
+
+class DuplicateSchedules(InvalidInput):
+    """New schedules that would run the same job on the same trigger with the same args as
+    schedules already in Temporal."""
 
 
 @dataclass
@@ -50,40 +76,6 @@ class Change:
     action: str
     changed_fields: list[str] = field(default_factory=list)
     next_fire: datetime | None = None
-
-
-class NotManaged(CronwardenError):
-    """A schedule with this id exists but cronwarden did not create it."""
-
-
-async def describe_or_none(client: Client, schedule_id: str) -> ScheduleDescription | None:
-    try:
-        return await client.get_schedule_handle(schedule_id).describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return None
-        raise
-
-
-async def is_managed(desc: ScheduleDescription) -> bool:
-    memo = await desc.memo()
-    value = memo.get(MANAGED_MEMO)
-    return isinstance(value, dict) and value.get("managed") is True
-
-
-async def _action_memo(client: Client, desc: ScheduleDescription) -> dict[str, Any]:
-    action = desc.schedule.action
-    if not isinstance(action, ScheduleActionStartWorkflow) or not action.memo:
-        return {}
-    decoded: dict[str, Any] = {}
-    for key, payload in action.memo.items():
-        # Described schedules carry raw payloads; decode ours (through the payload codec, if
-        # one is configured), ignore what we cannot read.
-        try:
-            decoded[key] = (await client.data_converter.decode([payload]))[0]
-        except Exception:  # a foreign memo value is not our concern
-            continue
-    return decoded
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -102,7 +94,7 @@ async def plan_one(
             f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
             "it is left alone: delete it yourself or give this schedule another id"
         )
-    memo = await _action_memo(client, desc)
+    memo = await action_memo(client, desc)
     if memo.get(DIGEST_MEMO) == definition_digest(defn, task_queue=task_queue):
         return Change(defn.id, UNCHANGED), desc
     old = memo.get(DEFINITION_MEMO)
@@ -126,13 +118,60 @@ def _updater(
                 f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
                 "it is left alone"
             )
-        if (await _action_memo(client, current)).get(DIGEST_MEMO) == digest:
+        if (await action_memo(client, current)).get(DIGEST_MEMO) == digest:
             return None
         # Keep the live state: re-applying a file must not undo an operator's pause.
         schedule.state = current.schedule.state
         return ScheduleUpdate(schedule=schedule)
 
     return update
+
+
+async def send_update(client: Client, desc: ScheduleDescription, schedule: Schedule) -> None:
+    """Replace the schedule with `schedule`, unless it changed since `desc` was read.
+
+    The SDK's `handle.update` sends no conflict token, so a pause (or pause_on_failure) landing
+    between its describe and its update would be overwritten with the state read before it.
+    With the token, Temporal drops such an update instead (older servers silently: the caller
+    checks the outcome).
+    """
+    request = UpdateScheduleRequest(
+        namespace=client.namespace,
+        schedule_id=desc.id,
+        # The SDK's own conversion (payloads through the client's data converter).
+        schedule=await schedule._to_proto(client),
+        conflict_token=desc.raw_description.conflict_token,
+        identity=client.identity,
+        request_id=str(uuid.uuid4()),
+    )
+    await client.workflow_service.update_schedule(request, retry=True)
+
+
+async def _update(
+    client: Client, defn: ScheduleDefinition, schedule: Schedule, *, task_queue: str
+) -> None:
+    """Update until Temporal holds our definition, each attempt against a fresh description."""
+    handle = client.get_schedule_handle(defn.id)
+    decide = _updater(client, defn, schedule, task_queue=task_queue)
+    digest = definition_digest(defn, task_queue=task_queue)
+    for _ in range(UPDATE_ATTEMPTS):
+        desc = await handle.describe()
+        update = await decide(ScheduleUpdateInput(description=desc))
+        if update is None:
+            return
+        try:
+            await send_update(client, desc, update.schedule)
+        except RPCError as exc:
+            # Newer servers refuse a stale token outright; try again on a fresh description.
+            if "onflict" not in exc.message:
+                raise
+            continue
+        if (await action_memo(client, await handle.describe())).get(DIGEST_MEMO) == digest:
+            return
+    raise ScheduleBusy(
+        f"schedule '{defn.id}' kept changing while apply updated it ({UPDATE_ATTEMPTS} "
+        "attempts); nothing of it was overwritten: run apply again"
+    )
 
 
 async def apply_definitions(
@@ -142,10 +181,23 @@ async def apply_definitions(
     *,
     task_queue: str,
     dry_run: bool = False,
+    prune: bool = False,
 ) -> list[Change]:
     planned = [(defn, *await plan_one(client, defn, task_queue=task_queue)) for defn in definitions]
+    created = [defn for defn, change, _ in planned if change.action == CREATED]
+    others: list[ScheduleView] = []
+    if prune or created:
+        others = await _managed_outside_file(client, definitions, task_queue=task_queue)
+    if created and not prune:
+        # With --prune every other managed schedule of this task queue is about to go, so
+        # none of them can be duplicated.
+        existing = {v.schedule_id: v.definition for v in others if v.definition is not None}
+        problems = duplicates_of_existing(created, existing)
+        if problems:
+            raise DuplicateSchedules("nothing applied: " + "; ".join(problems))
+    pruned = [Change(v.schedule_id, DELETED) for v in others] if prune else []
     if dry_run:
-        return [change for _, change, _ in planned]
+        return [change for _, change, _ in planned] + pruned
     changes: list[Change] = []
     for defn, change, planned_desc in planned:
         schedule = to_temporal(defn, task_queue=task_queue)
@@ -159,7 +211,7 @@ async def apply_definitions(
                 # Created by a concurrent apply since we looked: fall back to an update.
                 change = Change(defn.id, UPDATED, ["(created concurrently)"])
         if change.action == UPDATED:
-            await handle.update(_updater(client, defn, schedule, task_queue=task_queue))
+            await _update(client, defn, schedule, task_queue=task_queue)
         # An unchanged schedule needs no second look: what we described is current.
         desc = (
             planned_desc if change.action == UNCHANGED and planned_desc else await handle.describe()
@@ -189,4 +241,39 @@ async def apply_definitions(
             next_fire=change.next_fire.isoformat() if change.next_fire else None,
         )
         changes.append(change)
+    for change in pruned:
+        await _prune(client, pool, change.schedule_id)
+        changes.append(change)
     return changes
+
+
+async def _managed_outside_file(
+    client: Client, definitions: list[ScheduleDefinition], *, task_queue: str
+) -> list[ScheduleView]:
+    """Managed schedules of this task queue that the file does not list.
+
+    Scoped to the task queue: one namespace may host several cronwarden deployments, and one
+    deployment's file must neither prune nor be refused by the other's schedules. Temporal's
+    schedule list is eventually consistent, so a schedule created a moment ago may be missed
+    (a later apply sees it).
+    """
+    in_file = {defn.id for defn in definitions}
+    return [
+        v
+        for v in await all_views(client)
+        if v.managed and v.schedule_id not in in_file and v.task_queue == task_queue
+    ]
+
+
+async def _prune(client: Client, pool: asyncpg.Pool | None, schedule_id: str) -> None:
+    desc = await describe_or_none(client, schedule_id)
+    # Looked at again right before deleting: never delete what we did not create.
+    if desc is not None and not await is_managed(desc):
+        return
+    if desc is not None:
+        await client.get_schedule_handle(schedule_id).delete()
+    if pool is not None:
+        async with pool.acquire() as conn:
+            # A pruned schedule must not leave a heartbeat the monitor pages on for ever.
+            await heartbeats.delete(conn, schedule_id)
+    log.info("schedule.deleted", schedule_id=schedule_id, by="apply --prune")

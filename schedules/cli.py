@@ -1,17 +1,70 @@
-"""`cronwarden schedules …`: register and inspect schedules."""
+"""`cronwarden schedules …` and `cronwarden status`: register, inspect and operate schedules.
+
+Every listing has `--json`; its shape is documented in the README and never coloured.
+"""
 
 from __future__ import annotations
 
-import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.errors import InvalidInput
 
-schedules_app = typer.Typer(help="Register and inspect schedules.", no_args_is_help=True)
+if TYPE_CHECKING:
+    import asyncpg
+    from temporalio.client import Client
+
+    from schedules.apply import Change
+    from schedules.inventory import ScheduleView
+    from schedules.status import StatusRow
+
+schedules_app = typer.Typer(help="Register, inspect and operate schedules.", no_args_is_help=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+IdArgument = Annotated[str, typer.Argument(help="Schedule id.", show_default=False)]
+
+HEALTH_STYLE = {"ok": "green", "late": "yellow", "overdue": "bold red", "paused": "cyan"}
+
+
+def emit_json(data: Any) -> None:
+    # Plain text, never highlighted: scripts parse it, and colour codes would break them.
+    out.print_json(data=data, highlight=False)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+
+
+@asynccontextmanager
+async def _temporal() -> AsyncIterator[Client]:
+    from cronwarden import temporal
+
+    yield await temporal.connect(load_settings())
+
+
+@asynccontextmanager
+async def _temporal_and_db() -> AsyncIterator[tuple[Client, asyncpg.Pool]]:
+    from cronwarden import temporal
+    from store.pool import create_pool
+
+    settings = load_settings()
+    client = await temporal.connect(settings)
+    pool = await create_pool(settings.dsn, max_size=2)
+    try:
+        yield client, pool
+    finally:
+        await pool.close()
 
 
 @schedules_app.command("apply")
@@ -20,9 +73,20 @@ def schedules_apply(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show changes, write nothing.")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune",
+            help="Delete the schedules cronwarden created (on this task queue) that FILE no "
+            "longer lists. Never touches schedules it did not create.",
+        ),
+    ] = False,
+    as_json: JsonOption = False,
 ) -> None:
-    """Create or update every schedule of FILE. A file with any bad entry applies nothing."""
+    """Create, update (or with --prune delete) schedules to match FILE.
+
+    A file with any bad entry applies nothing.
+    """
 
     async def go() -> None:
         from activities.jobs import import_job_modules
@@ -43,35 +107,391 @@ def schedules_apply(
         pool = None if dry_run else await create_pool(settings.dsn, max_size=2)
         try:
             changes = await apply_definitions(
-                client, pool, definitions, task_queue=settings.task_queue, dry_run=dry_run
+                client,
+                pool,
+                definitions,
+                task_queue=settings.task_queue,
+                dry_run=dry_run,
+                prune=prune,
             )
         finally:
             if pool is not None:
                 await pool.close()
-        if as_json:
-            out.print_json(
-                json.dumps(
-                    {
-                        "dry_run": dry_run,
-                        "changes": [
-                            {
-                                "schedule_id": c.schedule_id,
-                                "action": c.action,
-                                "changed_fields": c.changed_fields,
-                                "next_fire": c.next_fire.isoformat() if c.next_fire else None,
-                            }
-                            for c in changes
-                        ],
-                    }
-                )
-            )
-            return
-        prefix = "would be " if dry_run else ""
-        for c in changes:
-            detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
-            nxt = f", next fire {c.next_fire:%Y-%m-%dT%H:%M:%SZ}" if c.next_fire else ""
-            out.print(f"{c.schedule_id}: {prefix}{c.action}{detail}{nxt}")
-        if all(c.action == "unchanged" for c in changes):
-            out.print("nothing to change" if changes else "the file lists no schedules")
+        _print_changes(changes, dry_run=dry_run, as_json=as_json)
 
     run_command(go)
+
+
+def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> None:
+    if as_json:
+        emit_json(
+            {
+                "dry_run": dry_run,
+                "changes": [
+                    {
+                        "schedule_id": c.schedule_id,
+                        "action": c.action,
+                        "changed_fields": c.changed_fields,
+                        "next_fire": c.next_fire.isoformat() if c.next_fire else None,
+                    }
+                    for c in changes
+                ],
+            }
+        )
+        return
+    prefix = "would be " if dry_run else ""
+    for c in changes:
+        detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
+        nxt = f", next fire {_iso(c.next_fire)}" if c.next_fire else ""
+        out.print(escape(f"{c.schedule_id}: {prefix}{c.action}{detail}{nxt}"))
+    if all(c.action == "unchanged" for c in changes):
+        out.print("nothing to change" if changes else "the file lists no schedules")
+
+
+def _view_json(v: ScheduleView) -> dict[str, Any]:
+    return {
+        "schedule_id": v.schedule_id,
+        "managed": v.managed,
+        "job": v.job,
+        "spec": v.spec,
+        "overlap": v.overlap,
+        "paused": v.paused,
+        "note": v.note,
+        "next_fire": _iso(v.next_fire_times[0]) if v.next_fire_times else None,
+    }
+
+
+@schedules_app.command("list")
+def schedules_list(as_json: JsonOption = False) -> None:
+    """Every schedule of the namespace; those cronwarden did not create are marked unmanaged."""
+
+    async def go() -> None:
+        from schedules.inventory import all_views
+
+        async with _temporal() as client:
+            views = await all_views(client)
+        if as_json:
+            emit_json({"schedules": [_view_json(v) for v in views]})
+            return
+        if not views:
+            out.print("no schedules")
+            return
+        table = Table("id", "job", "spec", "overlap", "paused", "next fire (UTC)")
+        for v in views:
+            table.add_row(
+                escape(v.schedule_id),
+                escape(v.job or "(unmanaged)"),
+                escape(v.spec),
+                v.overlap,
+                escape(f"yes: {v.note}" if v.paused and v.note else "yes" if v.paused else "no"),
+                _iso(v.next_fire_times[0]) if v.next_fire_times else "-",
+            )
+        _print_table(table)
+
+    run_command(go)
+
+
+async def _run_outcome(client: Client, workflow_id: str, run_id: str) -> tuple[str, str | None]:
+    """Temporal's status of a run and, for a completed one, the guard's in-band outcome
+    (`ran`, `already-done`, `overlap-locked`)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from activities.contract import RunOutcome
+
+    handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=RunOutcome)
+    try:
+        wf = await handle.describe()
+        status = wf.status.name.lower() if wf.status else "unknown"
+        if status != "completed":
+            return status, None
+        result = await handle.result(follow_runs=False)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            # Past the namespace's retention: Temporal no longer knows it; the outbox may.
+            return "expired", None
+        raise
+    return status, result.outcome
+
+
+async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> dict[str, Any]:
+    from activities.contract import logical_key
+    from store import heartbeats, outbox
+
+    keys = {r.workflow_id: logical_key(v.schedule_id, r.scheduled_at) for r in v.recent_runs}
+    async with pool.acquire() as conn:
+        committed = await outbox.committed_keys(conn, list(keys.values()))
+        beat = await heartbeats.get(conn, v.schedule_id)
+    runs = []
+    for r in sorted(v.recent_runs, key=lambda r: r.scheduled_at, reverse=True):
+        status, outcome = await _run_outcome(client, r.workflow_id, r.run_id)
+        runs.append(
+            {
+                "logical_key": keys[r.workflow_id],
+                "scheduled_at": _iso(r.scheduled_at),
+                "started_at": _iso(r.started_at),
+                "workflow_id": r.workflow_id,
+                "status": status,
+                "outcome": outcome,
+                "committed": keys[r.workflow_id] in committed,
+            }
+        )
+    return {
+        **_view_json(v),
+        "catchup_window": v.catchup_window,
+        "pause_on_failure": v.pause_on_failure,
+        "orphaned": v.orphaned,
+        "next_fire_times": [_iso(t) for t in v.next_fire_times[:5]],
+        "recent_runs": runs,
+        "running": v.running,
+        "skipped_overlap": v.skipped_overlap,
+        "missed_catchup": v.missed_catchup,
+        "heartbeat": None
+        if beat is None
+        else {
+            "last_logical_key": beat["last_logical_key"],
+            "last_success_at": _iso(beat["last_success_at"]),
+            "next_expected_at": _iso(beat["next_expected_at"]),
+            "grace_seconds": int(beat["grace"].total_seconds()),
+            "paused": beat["paused"],
+            "paused_reason": beat["paused_reason"],
+            "last_error": beat["last_error"],
+        },
+        "definition": v.definition,
+    }
+
+
+@schedules_app.command("describe")
+def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> None:
+    """Spec, policies, pause, the next 5 fire times, recent runs and Temporal's counters."""
+
+    async def go() -> None:
+        from schedules.inventory import get_view
+
+        async with _temporal_and_db() as (client, pool):
+            data = await _describe_json(client, pool, await get_view(client, schedule_id))
+        if as_json:
+            emit_json(data)
+            return
+        lines = [
+            f"schedule     {data['schedule_id']}"
+            + ("" if data["managed"] else " (unmanaged: not created by cronwarden)"),
+            f"job          {data['job'] or '-'}",
+            f"spec         {data['spec']} (UTC)",
+            f"policies     overlap {data['overlap']}, catchup window "
+            f"{data['catchup_window'] or '-'}, pause on failure "
+            f"{'yes' if data['pause_on_failure'] else 'no'}",
+            f"paused       {'yes' if data['paused'] else 'no'}"
+            + (f" ({data['note']})" if data["paused"] and data["note"] else ""),
+            f"counters     skipped (overlap) {data['skipped_overlap']}, "
+            f"missed (catchup window) {data['missed_catchup']}",
+            "next fires   " + (", ".join(data["next_fire_times"]) or "none"),
+        ]
+        beat = data["heartbeat"]
+        if beat is not None:
+            lines.append(
+                f"heartbeat    last success {beat['last_logical_key'] or 'never'}, next expected "
+                f"{beat['next_expected_at'] or '-'}, last error {beat['last_error'] or '-'}"
+            )
+        lines.append("recent runs" + ("" if data["recent_runs"] else "  none"))
+        lines += [
+            f"  {r['logical_key']}  {r['status']}"
+            + (f" ({r['outcome']})" if r["outcome"] else "")
+            + (", committed" if r["committed"] else ", not committed")
+            for r in data["recent_runs"]
+        ]
+        out.print(escape("\n".join(lines)))
+
+    run_command(go)
+
+
+@schedules_app.command("pause")
+def schedules_pause(
+    schedule_id: IdArgument,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why; shown by `status` and in Temporal.")
+    ] = None,
+) -> None:
+    """Pause a schedule as an operator: the absence monitor stays silent until `unpause`."""
+
+    async def go() -> None:
+        from schedules import operations
+
+        async with _temporal_and_db() as (client, pool):
+            v = await operations.pause(client, pool, schedule_id, reason=reason)
+        out.print(escape(f"{schedule_id}: paused ({v.note})"))
+
+    run_command(go)
+
+
+@schedules_app.command("unpause")
+def schedules_unpause(schedule_id: IdArgument) -> None:
+    """Resume a schedule; the next expected fire is counted from now."""
+
+    async def go() -> None:
+        from schedules import operations
+
+        async with _temporal_and_db() as (client, pool):
+            v = await operations.unpause(client, pool, schedule_id)
+        nxt = _iso(v.next_fire_times[0]) if v.next_fire_times else "none"
+        out.print(escape(f"{schedule_id}: unpaused, next fire {nxt}"))
+
+    run_command(go)
+
+
+@schedules_app.command("trigger")
+def schedules_trigger(schedule_id: IdArgument, as_json: JsonOption = False) -> None:
+    """Start a run now, with the schedule's overlap policy."""
+
+    async def go() -> None:
+        from schedules import operations
+
+        async with _temporal() as client:
+            t = await operations.trigger(client, schedule_id)
+        if as_json:
+            emit_json(
+                {
+                    "schedule_id": t.schedule_id,
+                    "workflow_id": t.workflow_id,
+                    "logical_key": t.logical_key,
+                    "fire_time": _iso(t.fire_time),
+                    "note": t.note,
+                }
+            )
+            return
+        if t.workflow_id is None:
+            out.print(escape(f"{schedule_id}: triggered, {t.note}"))
+            return
+        out.print(
+            escape(
+                f"{schedule_id}: triggered run {t.workflow_id}, logical key {t.logical_key} "
+                f"({t.note})"
+            )
+        )
+
+    run_command(go)
+
+
+@schedules_app.command("delete")
+def schedules_delete(
+    schedule_id: IdArgument,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a schedule and its heartbeat row. The outbox keeps the history of its runs."""
+    if not yes:
+        if not sys.stdin.isatty():
+            raise _usage(f"refusing to delete '{schedule_id}' without confirmation: pass --yes")
+        if not typer.confirm(f"Delete schedule '{schedule_id}' and its heartbeat row?"):
+            out.print("nothing deleted")
+            raise typer.Exit(1)
+
+    async def go() -> None:
+        from schedules import operations
+
+        async with _temporal_and_db() as (client, pool):
+            await operations.delete(client, pool, schedule_id)
+        out.print(escape(f"{schedule_id}: deleted (its outbox history is kept)"))
+
+    run_command(go)
+
+
+def _usage(message: str) -> typer.Exit:
+    from cronwarden.cli_support import fail
+    from cronwarden.errors import EXIT_INVALID
+
+    return fail(message, EXIT_INVALID)
+
+
+def _zone(name: str | None) -> tzinfo:
+    if name is None or name.upper() == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInput(
+            f"unknown time zone '{name}' (use an IANA name such as Europe/Paris)"
+        ) from None
+
+
+def status_command(
+    as_json: JsonOption = False,
+    tz: Annotated[
+        str | None,
+        typer.Option("--tz", help="Display times in this zone (display only; triggers stay UTC)."),
+    ] = None,
+) -> None:
+    """One table of every schedule: pause, last success, next expected fire and health."""
+
+    async def go() -> None:
+        from schedules.inventory import all_views, describe_or_none, view
+        from schedules.status import build_rows
+        from store import heartbeats
+
+        zone = _zone(tz)
+        async with _temporal_and_db() as (client, pool):
+            views = await all_views(client)
+            async with pool.acquire() as conn:
+                beats = await heartbeats.all_rows(conn)
+            listed = {v.schedule_id for v in views}
+            # Temporal's list lags behind a create: look up a heartbeat's schedule directly
+            # before calling it gone.
+            for sid in sorted(set(beats) - listed):
+                desc = await describe_or_none(client, sid)
+                if desc is not None:
+                    views.append(await view(client, desc))
+        now = datetime.now(UTC)
+        rows = build_rows(views, beats, now=now)
+        if as_json:
+            emit_json({"generated_at": _iso(now), "schedules": [r.as_json() for r in rows]})
+            return
+        _print_status(rows, zone=zone, now=now)
+
+    run_command(go)
+
+
+def _print_status(rows: list[StatusRow], *, zone: tzinfo, now: datetime) -> None:
+    from schedules.status import display_time, pause_text, success_text
+
+    if not rows:
+        out.print("no schedules")
+        return
+    zone_name = "UTC" if zone is UTC else str(zone)
+    table = Table(
+        "id",
+        "spec",
+        "overlap",
+        "paused",
+        "last success",
+        f"next expected ({zone_name})",
+        "health",
+        "last error",
+        "skipped / missed",
+    )
+    for r in rows:
+        style = HEALTH_STYLE.get(r.health, "")
+        table.add_row(
+            escape(r.schedule_id + ("" if r.managed else " (unmanaged)")),
+            escape(r.spec),
+            r.overlap or "-",
+            escape(pause_text(r)),
+            escape(success_text(r)),
+            display_time(r.next_expected_at, zone),
+            f"[{style}]{r.health}[/]" if style else r.health,
+            escape(_clip(r.last_error or "-", 50)),
+            f"{r.skipped_overlap} / {r.missed_catchup}",
+        )
+    out.print(f"cronwarden status at {display_time(now, zone)}")
+    _print_table(table)
+
+
+def _clip(text: str, limit: int) -> str:
+    # The table stays scannable; `status --json` and `schedules describe` carry the full text.
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _print_table(table: Table) -> None:
+    # Off a terminal (a pipe, a log, a README transcript) rich would squeeze the table into 80
+    # columns; give it room so each row stays one line.
+    if out.is_terminal:
+        out.print(table)
+    else:
+        Console(file=out.file, width=400, highlight=False).print(table)

@@ -55,7 +55,9 @@ def run_input(defn: ScheduleDefinition) -> ScheduledRunInput:
 
 
 def definition_json(defn: ScheduleDefinition, *, task_queue: str) -> dict[str, Any]:
-    data: dict[str, Any] = defn.model_dump(mode="json")
+    # allow_duplicate only steers apply's guard; it is not part of what runs, so flipping it
+    # must not count as a change to the schedule.
+    data: dict[str, Any] = defn.model_dump(mode="json", exclude={"allow_duplicate"})
     data["task_queue"] = task_queue
     data["workflow"] = WORKFLOW_NAME
     data["mapping_version"] = MAPPING_VERSION

@@ -31,6 +31,7 @@ from pydantic_core import ErrorDetails
 from activities.jobs import InvalidArgs, JobRegistry, UnknownJob
 from cronwarden.errors import InvalidInput, ScheduleFileError
 from schedules.cron import validate_cron
+from schedules.duplicates import duplicates_in_file
 from schedules.durations import format_duration, parse_duration
 
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -88,6 +89,8 @@ class ScheduleDefinition(BaseModel):
     """How many times the activity is tried before the run counts as failed."""
     args: dict[str, Any] = Field(default_factory=dict)
     """Arguments handed to the job, checked against its `args_model` when it has one."""
+    allow_duplicate: bool = Field(default=False, strict=True)
+    """Let this schedule share job, trigger and args with another one (refused by default)."""
 
     @field_validator("id", mode="after")
     @classmethod
@@ -248,6 +251,9 @@ def parse_schedule_text(
         if definition is not None:
             definitions.append(definition)
     problems.extend(_duplicate_ids(entries))
+    if not problems:
+        # Only on a file whose entries are all valid: a broken entry cannot be compared.
+        problems.extend(duplicates_in_file(definitions))
     if problems:
         raise ScheduleFileError(source, problems)
     return definitions

@@ -50,3 +50,43 @@ async def record_failure(conn: Any, *, schedule_id: str, error: str) -> None:
 async def get(conn: Any, schedule_id: str) -> dict[str, Any] | None:
     row = await conn.fetchrow(_GET, schedule_id)
     return dict(row) if row is not None else None
+
+
+# An operator pause (`schedules pause`): the monitor skips paused rows. Upserted, so a schedule
+# whose row is missing still gets its pause recorded instead of paging.
+_PAUSE = """
+INSERT INTO cronwarden.heartbeats AS h (schedule_id, paused, paused_reason, updated_at)
+VALUES ($1, true, $2, now())
+ON CONFLICT (schedule_id) DO UPDATE
+   SET paused = true, paused_reason = EXCLUDED.paused_reason, updated_at = now()
+"""
+
+# `schedules unpause`: the time spent paused is not a missed run, so the next expected fire is
+# the schedule's next one from now, not the one that passed while paused.
+_RESUME = """
+UPDATE cronwarden.heartbeats
+   SET paused = false, paused_reason = NULL, next_expected_at = $2, updated_at = now()
+ WHERE schedule_id = $1
+"""
+
+_DELETE = "DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1"
+
+_ALL = "SELECT * FROM cronwarden.heartbeats ORDER BY schedule_id"
+
+
+async def pause(conn: Any, *, schedule_id: str, reason: str | None) -> None:
+    await conn.execute(_PAUSE, schedule_id, reason)
+
+
+async def resume(conn: Any, *, schedule_id: str, next_expected_at: datetime | None) -> bool:
+    """False when the schedule has no heartbeat row (nothing to resume)."""
+    status: str = await conn.execute(_RESUME, schedule_id, next_expected_at)
+    return status != "UPDATE 0"
+
+
+async def delete(conn: Any, schedule_id: str) -> None:
+    await conn.execute(_DELETE, schedule_id)
+
+
+async def all_rows(conn: Any) -> dict[str, dict[str, Any]]:
+    return {row["schedule_id"]: dict(row) for row in await conn.fetch(_ALL)}

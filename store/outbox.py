@@ -19,3 +19,11 @@ async def committed_token(conn: Any, logical_key: str) -> int | None:
     whether it was its own commit that landed."""
     value: int | None = await conn.fetchval(_COMMITTED_TOKEN, logical_key)
     return value
+
+
+_COMMITTED_KEYS = "SELECT logical_key FROM cronwarden.outbox WHERE logical_key = ANY($1::text[])"
+
+
+async def committed_keys(conn: Any, keys: list[str]) -> set[str]:
+    """Which of `keys` have an outbox record."""
+    return {row["logical_key"] for row in await conn.fetch(_COMMITTED_KEYS, keys)}

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 import tests.jobs
-from activities.jobs import REGISTRY
+from activities.jobs import REGISTRY, JobRegistry
 from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from cronwarden.worker_runtime import build_worker
@@ -102,16 +102,21 @@ def schedule_id() -> str:
     return f"s-{uuid.uuid4().hex[:12]}"
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncIterator[Worker]:
-    w = build_worker(
+def in_process_worker(
+    client: Client, pool: asyncpg.Pool, task_queue: str, registry: JobRegistry = REGISTRY
+) -> Worker:
+    return build_worker(
         client=client,
         pool=pool,
-        registry=REGISTRY,
+        registry=registry,
         task_queue=task_queue,
         graceful_shutdown=timedelta(seconds=5),
     )
-    async with w:
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncIterator[Worker]:
+    async with in_process_worker(client, pool, task_queue) as w:
         yield w
 
 

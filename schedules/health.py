@@ -1,0 +1,69 @@
+"""A schedule's health from its heartbeat row, the way the absence monitor sees it.
+
+Pure functions of their inputs and `now`, so every boundary is tested with explicit times.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+OK = "ok"
+LATE = "late"
+"""The expected fire time has passed, but its grace has not: a run may still be committing."""
+OVERDUE = "overdue"
+"""Past the expected fire time plus grace: the monitor pages."""
+PAUSED = "paused"
+"""Paused by an operator: the monitor stays silent."""
+UNTRACKED = "untracked"
+"""No heartbeat row: a schedule cronwarden did not create (or one never applied)."""
+
+OPERATOR = "operator"
+# The start of the Temporal note `schedules pause` writes: "paused by operator: <reason>".
+OPERATOR_NOTE = "paused by operator"
+FAILURE = "failure"
+
+
+def derive_health(
+    *,
+    now: datetime,
+    tracked: bool,
+    operator_paused: bool,
+    next_expected_at: datetime | None,
+    grace: timedelta,
+) -> str:
+    if not tracked:
+        return UNTRACKED
+    if operator_paused:
+        return PAUSED
+    if next_expected_at is None or now <= next_expected_at:
+        # No fire expected (a spec with no future times) is nothing to be late for.
+        return OK
+    if now <= next_expected_at + grace:
+        return LATE
+    return OVERDUE
+
+
+def paused_by(*, temporal_paused: bool, operator_paused: bool) -> str | None:
+    """Who paused the schedule, as far as cronwarden can tell.
+
+    Only `schedules pause` records an operator pause in the heartbeat row. A schedule Temporal
+    has paused without that record was paused by pause_on_failure, by a worker missing the job,
+    or by someone outside cronwarden: the monitor keeps paging for it, so it shows as a failure.
+    """
+    if operator_paused:
+        return OPERATOR
+    if temporal_paused:
+        return FAILURE
+    return None
+
+
+def format_age(age: timedelta) -> str:
+    """A compact age: 42s, 5m10s, 3h12m, 2d4h (the two largest units, truncated)."""
+    seconds = max(int(age.total_seconds()), 0)
+    days, rest = divmod(seconds, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    return "".join(f"{n}{unit}" for n, unit in parts[:2] if n or unit == parts[0][1])

@@ -1,0 +1,237 @@
+"""What is in Temporal: every schedule of the namespace, described, and which of them are ours.
+
+A schedule is managed when its schedule-level memo carries `MANAGED_MEMO` (set by `apply` at
+creation). Everything else is listed as unmanaged and never changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from temporalio.client import (
+    Client,
+    ScheduleActionExecutionStartWorkflow,
+    ScheduleActionStartWorkflow,
+    ScheduleDescription,
+    ScheduleOverlapPolicy,
+    ScheduleSpec,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.contract import ORPHAN_NOTE_PREFIX
+from cronwarden.errors import CronwardenError
+from schedules.durations import format_duration
+from schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO
+
+# How many ids an "unknown schedule" error lists before it says "…".
+_KNOWN_SHOWN = 10
+_DESCRIBE_CONCURRENCY = 16
+_TIMEDELTA = TypeAdapter(timedelta)
+
+
+class NoSuchSchedule(CronwardenError):
+    """The id names no schedule in Temporal."""
+
+
+class NotManaged(CronwardenError):
+    """A schedule with this id exists but cronwarden did not create it."""
+
+
+@dataclass
+class RecentRun:
+    scheduled_at: datetime
+    started_at: datetime
+    workflow_id: str
+    run_id: str
+
+
+@dataclass
+class ScheduleView:
+    """One schedule as Temporal describes it, with cronwarden's stored definition if managed."""
+
+    schedule_id: str
+    managed: bool
+    definition: dict[str, Any] | None
+    """The definition `apply` stored in the action memo (JSON form); None when unmanaged."""
+    spec: str
+    overlap: str
+    catchup_window: str | None
+    pause_on_failure: bool
+    paused: bool
+    note: str | None
+    next_fire_times: list[datetime]
+    recent_runs: list[RecentRun]
+    running: list[str]
+    skipped_overlap: int
+    missed_catchup: int
+    description: ScheduleDescription = field(repr=False)
+
+    @property
+    def job(self) -> str | None:
+        job = (self.definition or {}).get("job")
+        return job if isinstance(job, str) else None
+
+    @property
+    def task_queue(self) -> str | None:
+        if self.definition is not None and isinstance(self.definition.get("task_queue"), str):
+            return str(self.definition["task_queue"])
+        action = self.description.schedule.action
+        return action.task_queue if isinstance(action, ScheduleActionStartWorkflow) else None
+
+    @property
+    def orphaned(self) -> bool:
+        """Paused by a worker that does not have the schedule's job."""
+        return self.paused and (self.note or "").startswith(ORPHAN_NOTE_PREFIX)
+
+
+async def is_managed(desc: ScheduleDescription) -> bool:
+    memo = await desc.memo()
+    value = memo.get(MANAGED_MEMO)
+    return isinstance(value, dict) and value.get("managed") is True
+
+
+async def action_memo(client: Client, desc: ScheduleDescription) -> dict[str, Any]:
+    action = desc.schedule.action
+    if not isinstance(action, ScheduleActionStartWorkflow) or not action.memo:
+        return {}
+    decoded: dict[str, Any] = {}
+    for key, payload in action.memo.items():
+        # Described schedules carry raw payloads; decode ours (through the payload codec, if
+        # one is configured), ignore what we cannot read.
+        try:
+            decoded[key] = (await client.data_converter.decode([payload]))[0]
+        except Exception:  # a foreign memo value is not our concern
+            continue
+    return decoded
+
+
+async def describe_or_none(client: Client, schedule_id: str) -> ScheduleDescription | None:
+    try:
+        return await client.get_schedule_handle(schedule_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+async def schedule_ids(client: Client) -> list[str]:
+    """Every schedule id of the namespace. Temporal's list is eventually consistent: a schedule
+    created or deleted a moment ago may be missing or still listed."""
+    return sorted([listed.id async for listed in await client.list_schedules()])
+
+
+async def view(client: Client, desc: ScheduleDescription) -> ScheduleView:
+    managed = await is_managed(desc)
+    definition = (await action_memo(client, desc)).get(DEFINITION_MEMO) if managed else None
+    if not isinstance(definition, dict):
+        definition = None
+    policy, info, state = desc.schedule.policy, desc.info, desc.schedule.state
+    return ScheduleView(
+        schedule_id=desc.id,
+        managed=managed,
+        definition=definition,
+        spec=spec_text(definition, desc.schedule.spec),
+        overlap=_overlap_name(policy.overlap),
+        catchup_window=_duration_text(policy.catchup_window) if policy.catchup_window else None,
+        pause_on_failure=policy.pause_on_failure,
+        paused=state.paused,
+        note=state.note or None,
+        next_fire_times=list(info.next_action_times),
+        recent_runs=[
+            RecentRun(
+                scheduled_at=r.scheduled_at,
+                started_at=r.started_at,
+                workflow_id=r.action.workflow_id,
+                run_id=r.action.first_execution_run_id,
+            )
+            for r in info.recent_actions
+            if isinstance(r.action, ScheduleActionExecutionStartWorkflow)
+        ],
+        running=[
+            r.workflow_id
+            for r in info.running_actions
+            if isinstance(r, ScheduleActionExecutionStartWorkflow)
+        ],
+        skipped_overlap=info.num_actions_skipped_overlap,
+        missed_catchup=info.num_actions_missed_catchup_window,
+        description=desc,
+    )
+
+
+async def all_views(client: Client) -> list[ScheduleView]:
+    """Every schedule of the namespace, described, in id order."""
+    ids = await schedule_ids(client)
+    # Bounded: a namespace with thousands of schedules must not open thousands of RPCs at once.
+    limit = asyncio.Semaphore(_DESCRIBE_CONCURRENCY)
+
+    async def describe(schedule_id: str) -> ScheduleDescription | None:
+        async with limit:
+            return await describe_or_none(client, schedule_id)
+
+    described = await asyncio.gather(*(describe(i) for i in ids))
+    # A schedule deleted between the list and its describe is simply gone.
+    return [await view(client, d) for d in described if d is not None]
+
+
+async def get_view(client: Client, schedule_id: str) -> ScheduleView:
+    """The schedule `schedule_id`; NoSuchSchedule lists the ids that do exist."""
+    desc = await describe_or_none(client, schedule_id)
+    if desc is None:
+        raise NoSuchSchedule(f"no schedule '{schedule_id}' ({await known_ids(client)})")
+    return await view(client, desc)
+
+
+async def get_managed(client: Client, schedule_id: str) -> ScheduleView:
+    """Like `get_view`, refusing a schedule cronwarden did not create."""
+    found = await get_view(client, schedule_id)
+    if not found.managed:
+        raise NotManaged(
+            f"schedule '{schedule_id}' was not created by cronwarden; it is left alone "
+            "(manage it with the tool that created it)"
+        )
+    return found
+
+
+async def known_ids(client: Client) -> str:
+    ids = await schedule_ids(client)
+    if not ids:
+        return "there are no schedules"
+    shown = ", ".join(ids[:_KNOWN_SHOWN])
+    return f"known: {shown}{', …' if len(ids) > _KNOWN_SHOWN else ''}"
+
+
+def spec_text(definition: dict[str, Any] | None, spec: ScheduleSpec) -> str:
+    """The trigger as the schedule file writes it; for a foreign schedule, Temporal's spec."""
+    if definition is not None:
+        if definition.get("cron"):
+            return f"cron {definition['cron']}"
+        if definition.get("every"):
+            try:
+                return f"every {format_duration(_TIMEDELTA.validate_python(definition['every']))}"
+            except (ValidationError, ValueError):
+                return f"every {definition['every']}"
+    parts = [f"cron {c}" for c in spec.cron_expressions]
+    parts += [f"every {_duration_text(i.every)}" for i in spec.intervals]
+    if spec.calendars:
+        parts.append(f"{len(spec.calendars)} calendar(s)")
+    return "; ".join(parts) or "no spec"
+
+
+def _duration_text(td: timedelta) -> str:
+    try:
+        return format_duration(td)
+    except ValueError:
+        return str(td)
+
+
+def _overlap_name(policy: ScheduleOverlapPolicy) -> str:
+    names = {
+        ScheduleOverlapPolicy.SKIP: "skip",
+        ScheduleOverlapPolicy.BUFFER_ONE: "buffer_one",
+        ScheduleOverlapPolicy.ALLOW_ALL: "allow_all",
+    }
+    return names.get(policy, policy.name.lower())

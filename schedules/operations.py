@@ -1,0 +1,136 @@
+"""Operator actions on one managed schedule: pause, unpause, trigger, delete.
+
+Pause and unpause are Temporal's patch operations (no read-modify-write of the schedule), so they
+cannot overwrite a concurrent apply or pause_on_failure. Temporal is changed first, then the
+heartbeat row: if the second step fails, the monitor pages about a paused schedule (loud) rather
+than staying silent about a running one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import asyncpg
+from temporalio.client import Client
+
+from activities.contract import logical_key
+from cronwarden.errors import CronwardenError
+from cronwarden.logs import get_logger
+from schedules.health import OPERATOR_NOTE
+from schedules.inventory import ScheduleView, get_managed
+from store import heartbeats
+
+log = get_logger("cronwarden.schedules")
+
+# How long `trigger` waits for Temporal to report the run it started.
+TRIGGER_WAIT_SECONDS = 10.0
+
+
+class TriggerNotStarted(CronwardenError):
+    """Temporal accepted the trigger but started no run (overlap policy, collision)."""
+
+
+@dataclass
+class Triggered:
+    schedule_id: str
+    workflow_id: str | None
+    """None when the run is buffered behind a running one (overlap buffer_one)."""
+    logical_key: str | None
+    fire_time: datetime | None
+    note: str
+
+
+def operator_note(reason: str | None) -> str:
+    return f"{OPERATOR_NOTE}: {reason}" if reason else OPERATOR_NOTE
+
+
+async def pause(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, *, reason: str | None
+) -> ScheduleView:
+    await get_managed(client, schedule_id)
+    await client.get_schedule_handle(schedule_id).pause(note=operator_note(reason))
+    async with pool.acquire() as conn:
+        await heartbeats.pause(conn, schedule_id=schedule_id, reason=reason or OPERATOR_NOTE)
+    log.info("schedule.paused", schedule_id=schedule_id, reason=reason)
+    return await get_managed(client, schedule_id)
+
+
+async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> ScheduleView:
+    await get_managed(client, schedule_id)
+    await client.get_schedule_handle(schedule_id).unpause(note="unpaused by operator")
+    after = await get_managed(client, schedule_id)
+    next_fire = after.next_fire_times[0] if after.next_fire_times else None
+    async with pool.acquire() as conn:
+        await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
+    log.info(
+        "schedule.unpaused",
+        schedule_id=schedule_id,
+        next_expected_at=next_fire.isoformat() if next_fire else None,
+    )
+    return after
+
+
+async def delete(client: Client, pool: asyncpg.Pool, schedule_id: str) -> None:
+    """Remove the schedule and its heartbeat row; the outbox keeps the history of its runs."""
+    await get_managed(client, schedule_id)
+    await client.get_schedule_handle(schedule_id).delete()
+    async with pool.acquire() as conn:
+        # A deleted schedule must not leave a heartbeat that the monitor pages on for ever.
+        await heartbeats.delete(conn, schedule_id)
+    log.info("schedule.deleted", schedule_id=schedule_id, by="schedules delete")
+
+
+async def trigger(
+    client: Client, schedule_id: str, *, wait_seconds: float = TRIGGER_WAIT_SECONDS
+) -> Triggered:
+    """Start a run now, with the schedule's overlap policy, and find the run Temporal started.
+
+    Temporal names a triggered run like a scheduled one: `{id}-{now, whole seconds}`, with the
+    same time in TemporalScheduledStartTime. Two starts in the same second get the same workflow
+    id and the second is dropped (temporalio/temporal#3614), so we wait for the next second when
+    the newest run of the schedule was started in this one.
+    """
+    before = await get_managed(client, schedule_id)
+    known = {r.workflow_id for r in before.recent_runs}
+    newest = max((r.scheduled_at for r in before.recent_runs), default=None)
+    now = datetime.now(UTC)
+    if newest is not None and newest >= now.replace(microsecond=0):
+        await asyncio.sleep(1.05 - now.microsecond / 1_000_000)
+    await client.get_schedule_handle(schedule_id).trigger()
+    log.info("schedule.triggered", schedule_id=schedule_id)
+
+    deadline = time.monotonic() + wait_seconds
+    current = before
+    while time.monotonic() < deadline:
+        current = await get_managed(client, schedule_id)
+        started = [r for r in current.recent_runs if r.workflow_id not in known]
+        if started:
+            run = max(started, key=lambda r: r.scheduled_at)
+            return Triggered(
+                schedule_id=schedule_id,
+                workflow_id=run.workflow_id,
+                logical_key=logical_key(schedule_id, run.scheduled_at),
+                fire_time=run.scheduled_at,
+                note="off the schedule's grid: the key names the trigger time, not a fire time",
+            )
+        if current.skipped_overlap > before.skipped_overlap:
+            raise TriggerNotStarted(
+                f"Temporal skipped the triggered run of '{schedule_id}': overlap is "
+                f"{current.overlap} and a run was still going; try again when it has finished"
+            )
+        await asyncio.sleep(0.2)
+    if current.running and current.overlap == "buffer_one":
+        return Triggered(
+            schedule_id=schedule_id,
+            workflow_id=None,
+            logical_key=None,
+            fire_time=None,
+            note=f"buffered: it starts when the running run ({current.running[0]}) finishes",
+        )
+    raise TriggerNotStarted(
+        f"Temporal reported no new run of '{schedule_id}' within {wait_seconds:g}s; "
+        f"check `cronwarden schedules describe {schedule_id}`"
+    )

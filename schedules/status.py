@@ -1,0 +1,178 @@
+"""`cronwarden status`: one row per schedule, from Temporal (spec, pause, counters) and the
+heartbeat rows (last success, next expected, last error).
+
+A row is a `StatusRow`; its `as_json()` is the documented `--json` shape, so a new column is one
+field and one key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
+
+from activities.contract import ORPHAN_NOTE_PREFIX
+from schedules.health import OPERATOR, OPERATOR_NOTE, derive_health, format_age, paused_by
+from schedules.inventory import ScheduleView
+
+
+@dataclass
+class StatusRow:
+    schedule_id: str
+    managed: bool
+    in_temporal: bool
+    """False for a heartbeat row whose schedule is gone from Temporal (deleted elsewhere)."""
+    job: str | None
+    spec: str
+    overlap: str | None
+    paused: bool
+    """Paused in Temporal."""
+    paused_by: str | None
+    """`operator` (the monitor is silent), `failure` (the monitor pages) or None."""
+    pause_note: str | None
+    orphaned: bool
+    """The worker paused it because the schedule's job is not registered there."""
+    last_success_key: str | None
+    last_success_at: datetime | None
+    next_expected_at: datetime | None
+    health: str
+    last_error: str | None
+    skipped_overlap: int
+    missed_catchup: int
+    now: datetime
+
+    @property
+    def last_success_age(self) -> timedelta | None:
+        return self.now - self.last_success_at if self.last_success_at else None
+
+    def as_json(self) -> dict[str, Any]:
+        age = self.last_success_age
+        return {
+            "schedule_id": self.schedule_id,
+            "managed": self.managed,
+            "in_temporal": self.in_temporal,
+            "job": self.job,
+            "spec": self.spec,
+            "overlap": self.overlap,
+            "paused": self.paused,
+            "paused_by": self.paused_by,
+            "pause_note": self.pause_note,
+            "orphaned": self.orphaned,
+            "last_success": {
+                "logical_key": self.last_success_key,
+                "at": _iso(self.last_success_at),
+                "age_seconds": int(age.total_seconds()) if age is not None else None,
+            },
+            "next_expected_at": _iso(self.next_expected_at),
+            "health": self.health,
+            "last_error": self.last_error,
+            "skipped_overlap": self.skipped_overlap,
+            "missed_catchup": self.missed_catchup,
+        }
+
+
+def build_rows(
+    views: list[ScheduleView], beats: dict[str, dict[str, Any]], *, now: datetime
+) -> list[StatusRow]:
+    rows = [_row(v, beats.get(v.schedule_id), now=now) for v in views]
+    listed = {v.schedule_id for v in views}
+    rows += [_orphan_beat(beat, now=now) for sid, beat in beats.items() if sid not in listed]
+    return sorted(rows, key=lambda r: r.schedule_id)
+
+
+def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> StatusRow:
+    operator_paused = bool(beat and beat["paused"])
+    return StatusRow(
+        schedule_id=view.schedule_id,
+        managed=view.managed,
+        in_temporal=True,
+        job=view.job,
+        spec=view.spec,
+        overlap=view.overlap,
+        paused=view.paused,
+        paused_by=paused_by(temporal_paused=view.paused, operator_paused=operator_paused),
+        pause_note=view.note if view.paused else None,
+        orphaned=view.orphaned or (view.paused and _unknown_job_error(beat)),
+        last_success_key=beat["last_logical_key"] if beat else None,
+        last_success_at=beat["last_success_at"] if beat else None,
+        next_expected_at=beat["next_expected_at"] if beat else None,
+        health=_health(beat, now=now),
+        last_error=beat["last_error"] if beat else None,
+        skipped_overlap=view.skipped_overlap,
+        missed_catchup=view.missed_catchup,
+        now=now,
+    )
+
+
+def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
+    return StatusRow(
+        schedule_id=beat["schedule_id"],
+        managed=True,
+        in_temporal=False,
+        job=None,
+        spec="(not in Temporal)",
+        overlap=None,
+        paused=False,
+        paused_by=paused_by(temporal_paused=False, operator_paused=beat["paused"]),
+        pause_note=beat["paused_reason"],
+        orphaned=False,
+        last_success_key=beat["last_logical_key"],
+        last_success_at=beat["last_success_at"],
+        next_expected_at=beat["next_expected_at"],
+        health=_health(beat, now=now),
+        last_error=beat["last_error"],
+        skipped_overlap=0,
+        missed_catchup=0,
+        now=now,
+    )
+
+
+def _unknown_job_error(beat: dict[str, Any] | None) -> bool:
+    # The worker's note can be replaced (pause_on_failure writes its own, an operator re-pauses):
+    # the heartbeat's last error still says why the run failed.
+    return bool(beat and (beat["last_error"] or "").startswith("unknown job "))
+
+
+def _health(beat: dict[str, Any] | None, *, now: datetime) -> str:
+    return derive_health(
+        now=now,
+        tracked=beat is not None,
+        operator_paused=bool(beat and beat["paused"]),
+        next_expected_at=beat["next_expected_at"] if beat else None,
+        grace=beat["grace"] if beat else timedelta(0),
+    )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+
+
+def display_time(value: datetime | None, zone: tzinfo) -> str:
+    if value is None:
+        return "-"
+    local = value.astimezone(zone)
+    suffix = "Z" if zone is UTC else local.strftime(" %Z")
+    return local.strftime("%Y-%m-%d %H:%M:%S") + suffix
+
+
+def pause_text(row: StatusRow) -> str:
+    if not row.paused and row.paused_by is None:
+        return "no"
+    kind = row.paused_by or "no"
+    note = row.pause_note
+    if note and row.paused_by == OPERATOR:
+        # `schedules pause` writes "paused by operator: <reason>"; the column already says who.
+        note = note.removeprefix(OPERATOR_NOTE).lstrip(": ") or None
+    elif note and note.startswith(ORPHAN_NOTE_PREFIX):
+        note = note.removeprefix("paused by cronwarden: ")
+    elif row.orphaned:
+        kind += ", job not registered"
+    return f"{kind}: {note}" if note else kind
+
+
+def success_text(row: StatusRow) -> str:
+    """The logical key (its time is the UTC fire time, whatever the display zone) and the age."""
+    age = row.last_success_age
+    if age is None:
+        return "never"
+    return f"{row.last_success_key or '?'} ({format_age(age)} ago)"

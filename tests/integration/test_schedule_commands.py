@@ -1,0 +1,492 @@
+"""`cronwarden schedules …` as operators and scripts use it, against real Temporal and Postgres:
+apply's diff and --prune, the duplicate and orphan guards, list, describe, pause, unpause,
+trigger and delete."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionExecutionStartWorkflow,
+    ScheduleActionStartWorkflow,
+    ScheduleHandle,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+)
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from activities.jobs import REGISTRY, JobRegistry
+from schedules import operations
+from schedules.apply import apply_definitions, describe_or_none, send_update
+from schedules.inventory import action_memo, schedule_ids
+from schedules.mapping import DIGEST_MEMO, definition_digest, to_temporal
+from schedules.model import ScheduleDefinition
+from store import heartbeats
+from tests.integration.conftest import fetch, in_process_worker, wait_for
+from tests.integration.test_cli import cli, write
+
+pytestmark = pytest.mark.integration
+
+FAR_CRON = "0 3 1 1 *"  # once a year: the schedule never fires on its own during a test
+
+
+def entry(schedule_id: str, *, job: str = "probe", trigger: str = f"cron: '{FAR_CRON}'") -> str:
+    return f"  - id: {schedule_id}\n    job: {job}\n    {trigger}\n    args: {{sleep: 0}}\n"
+
+
+def definition(schedule_id: str, **fields: Any) -> ScheduleDefinition:
+    base: dict[str, Any] = {"id": schedule_id, "job": "probe", "cron": FAR_CRON}
+    base.update(fields)
+    return ScheduleDefinition.model_validate(base)
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def cleanup(client: Client) -> AsyncIterator[list[str]]:
+    """Ids to delete after the test, whatever it did to them."""
+    ids: list[str] = []
+    yield ids
+    for sid in ids:
+        if await describe_or_none(client, sid) is not None:
+            await client.get_schedule_handle(sid).delete()
+
+
+ApplyOne = Callable[[ScheduleDefinition], Awaitable[ScheduleHandle]]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def apply_one(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncIterator[ApplyOne]:
+    """Applies a definition as `schedules apply` would; the schedule is deleted afterwards."""
+    applied: list[str] = []
+
+    async def apply(defn: ScheduleDefinition) -> ScheduleHandle:
+        await apply_definitions(client, pool, [defn], task_queue=task_queue)
+        applied.append(defn.id)
+        return client.get_schedule_handle(defn.id)
+
+    yield apply
+    for sid in applied:
+        if await describe_or_none(client, sid) is not None:
+            await client.get_schedule_handle(sid).delete()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def managed(apply_one: ApplyOne, schedule_id: str) -> str:
+    """A schedule applied by cronwarden that never fires on its own."""
+    await apply_one(definition(schedule_id))
+    return schedule_id
+
+
+async def committed(pool: asyncpg.Pool, logical_key: str) -> list[asyncpg.Record]:
+    return await fetch(pool, "SELECT * FROM cronwarden.outbox WHERE logical_key = $1", logical_key)
+
+
+async def foreign_schedule(client: Client, sid: str, task_queue: str) -> ScheduleHandle:
+    return await client.create_schedule(
+        sid,
+        Schedule(
+            action=ScheduleActionStartWorkflow("SomeoneElses", id="x", task_queue=task_queue),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=300))]),
+        ),
+    )
+
+
+async def listed(client: Client, *ids: str) -> bool:
+    # Temporal's schedule list is eventually consistent: wait until it shows what we created.
+    return set(ids) <= set(await schedule_ids(client))
+
+
+async def test_apply_twice_is_a_noop_with_an_unchanged_diff(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
+) -> None:
+    sid = new_id("twice")
+    cleanup.append(sid)
+    path = write(tmp_path, "schedules:\n" + entry(sid))
+    first = await cli(cli_env, "schedules", "apply", "--json", str(path))
+    assert first.code == 0, first
+    assert json.loads(first.stdout)["changes"][0]["action"] == "created"
+    before = (await client.get_schedule_handle(sid).describe()).info.last_updated_at
+
+    second = await cli(cli_env, "schedules", "apply", "--json", str(path))
+    assert second.code == 0, second
+    (change,) = json.loads(second.stdout)["changes"]
+    assert change["schedule_id"] == sid
+    assert change["action"] == "unchanged"
+    assert change["changed_fields"] == []
+    assert (await client.get_schedule_handle(sid).describe()).info.last_updated_at == before
+
+
+async def test_prune_removes_only_managed_schedules(
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    cleanup: list[str],
+) -> None:
+    keep, drop, foreign = new_id("keep"), new_id("drop"), new_id("foreign")
+    cleanup.extend([keep, drop, foreign])
+    await foreign_schedule(client, foreign, task_queue)
+    both = write(tmp_path, "schedules:\n" + entry(keep) + entry(drop, trigger="every: 300d"))
+    assert (await cli(cli_env, "schedules", "apply", str(both))).code == 0
+    await wait_for(lambda: listed(client, keep, drop, foreign), timeout=20, what="listed")
+
+    only_keep = write(tmp_path, "schedules:\n" + entry(keep))
+    dry = await cli(cli_env, "schedules", "apply", "--prune", "--dry-run", str(only_keep))
+    assert dry.code == 0, dry
+    assert f"{drop}: would be deleted" in dry.stdout
+    assert await describe_or_none(client, drop) is not None
+
+    result = await cli(cli_env, "schedules", "apply", "--prune", str(only_keep))
+    assert result.code == 0, result
+    assert f"{keep}: unchanged" in result.stdout
+    assert f"{drop}: deleted" in result.stdout
+    assert foreign not in result.stdout
+    assert await describe_or_none(client, drop) is None
+    assert await describe_or_none(client, keep) is not None
+    assert await describe_or_none(client, foreign) is not None
+    async with pool.acquire() as conn:
+        assert await heartbeats.get(conn, drop) is None
+        assert await heartbeats.get(conn, keep) is not None
+
+
+async def test_duplicate_schedules_in_one_file_are_refused_with_both_ids(
+    tmp_path: Path, cli_env: dict[str, str], client: Client
+) -> None:
+    a, b = new_id("dup-a"), new_id("dup-b")
+    path = write(tmp_path, "schedules:\n" + entry(a) + entry(b))
+    result = await cli(cli_env, "schedules", "apply", str(path))
+    assert result.code == 2, result
+    assert f"'{a}' and '{b}' duplicate each other" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert await describe_or_none(client, a) is None
+
+
+async def test_a_new_schedule_duplicating_an_existing_one_is_refused_unless_allowed(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
+) -> None:
+    old, new = new_id("old"), new_id("new")
+    cleanup.extend([old, new])
+    # Unique args: other tests' schedules on this server must not count as duplicates.
+    args = f"args: {{sleep: 0, fail_attempts: 0, write: true}}  # {uuid.uuid4().hex}"
+    body = "    job: probe\n    every: 300d\n    " + args + "\n"
+    assert (
+        await cli(
+            cli_env,
+            "schedules",
+            "apply",
+            str(write(tmp_path, f"schedules:\n  - id: {old}\n" + body)),
+        )
+    ).code == 0
+    await wait_for(lambda: listed(client, old), timeout=20, what="listed")
+
+    both = write(tmp_path, f"schedules:\n  - id: {new}\n" + body)
+    refused = await cli(cli_env, "schedules", "apply", str(both))
+    assert refused.code == 2, refused
+    assert f"'{new}' duplicates the existing schedule(s) '{old}'" in refused.stderr
+    assert await describe_or_none(client, new) is None
+
+    allowed = write(tmp_path, f"schedules:\n  - id: {new}\n    allow_duplicate: true\n" + body)
+    accepted = await cli(cli_env, "schedules", "apply", str(allowed))
+    assert accepted.code == 0, accepted
+    assert f"{new}: created" in accepted.stdout
+
+
+async def test_list_marks_unmanaged_schedules_and_its_json_has_the_documented_keys(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str
+) -> None:
+    ours, foreign = new_id("ours"), new_id("theirs")
+    await apply_definitions(client, pool, [definition(ours)], task_queue=task_queue)
+    await foreign_schedule(client, foreign, task_queue)
+    try:
+        await wait_for(lambda: listed(client, ours, foreign), timeout=20, what="listed")
+        result = await cli(cli_env, "schedules", "list", "--json")
+        assert result.code == 0, result
+        rows = {r["schedule_id"]: r for r in json.loads(result.stdout)["schedules"]}
+        keys = {"schedule_id", "managed", "job", "spec", "overlap", "paused", "note", "next_fire"}
+        assert set(rows[ours]) == keys
+        assert rows[ours]["managed"] is True and rows[ours]["job"] == "probe"
+        assert rows[ours]["spec"] == f"cron {FAR_CRON}"
+        assert rows[foreign]["managed"] is False and rows[foreign]["job"] is None
+
+        text = await cli(cli_env, "schedules", "list")
+        assert text.code == 0
+        assert "(unmanaged)" in next(line for line in text.stdout.splitlines() if foreign in line)
+    finally:
+        await client.get_schedule_handle(ours).delete()
+        await client.get_schedule_handle(foreign).delete()
+
+
+async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
+    pool: asyncpg.Pool,
+    cli_env: dict[str, str],
+    worker: Worker,
+    apply_one: ApplyOne,
+    schedule_id: str,
+) -> None:
+    await apply_one(definition(schedule_id, cron=None, every="2s", catchup_window="1m"))
+    await wait_for(
+        lambda: fetch(pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id),
+        timeout=30,
+        what="a committed run",
+    )
+    result = await cli(cli_env, "schedules", "describe", schedule_id, "--json")
+    assert result.code == 0, result
+    data = json.loads(result.stdout)
+    assert data["spec"] == "every 2s"
+    assert data["overlap"] == "skip"
+    assert data["catchup_window"] == "1m"
+    assert data["pause_on_failure"] is True
+    assert data["paused"] is False
+    assert len(data["next_fire_times"]) == 5
+    assert {"skipped_overlap", "missed_catchup"} <= set(data)
+    done = [r for r in data["recent_runs"] if r["committed"]]
+    assert done and done[0]["status"] == "completed" and done[0]["outcome"] == "ran"
+    assert done[0]["logical_key"].startswith(f"{schedule_id}@")
+
+    text = await cli(cli_env, "schedules", "describe", schedule_id)
+    assert text.code == 0
+    assert "every 2s" in text.stdout and "completed (ran), committed" in text.stdout
+
+
+async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_fire(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
+) -> None:
+    handle = client.get_schedule_handle(managed)
+    paused = await cli(cli_env, "schedules", "pause", managed, "--reason", "disk swap")
+    assert paused.code == 0, paused
+    desc = await handle.describe()
+    assert desc.schedule.state.paused is True
+    assert desc.schedule.state.note == "paused by operator: disk swap"
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, managed)
+        assert beat is not None
+        assert beat["paused"] is True and beat["paused_reason"] == "disk swap"
+        # As if the schedule had been paused across a fire time.
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 day' "
+            "WHERE schedule_id = $1",
+            managed,
+        )
+
+    resumed = await cli(cli_env, "schedules", "unpause", managed)
+    assert resumed.code == 0, resumed
+    desc = await handle.describe()
+    assert desc.schedule.state.paused is False
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, managed)
+    assert beat is not None
+    assert beat["paused"] is False and beat["paused_reason"] is None
+    assert beat["next_expected_at"] == desc.info.next_action_times[0]
+
+
+async def test_trigger_produces_a_run_whose_outbox_row_exists(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], worker: Worker, managed: str
+) -> None:
+    result = await cli(cli_env, "schedules", "trigger", managed, "--json")
+    assert result.code == 0, result
+    data = json.loads(result.stdout)
+    assert data["logical_key"].startswith(f"{managed}@")
+    assert data["workflow_id"] == f"{managed}-{data['fire_time']}"
+    assert "off the schedule's grid" in data["note"]
+    rows = await wait_for(
+        lambda: committed(pool, data["logical_key"]),
+        timeout=30,
+        what="the triggered run's outbox row",
+    )
+    assert rows[0]["workflow_id"] == data["workflow_id"]
+
+    # The workflow completes a moment after its commit; until then `skip` would drop a trigger.
+    async def idle() -> bool:
+        return not (await client.get_schedule_handle(managed).describe()).info.running_actions
+
+    await wait_for(idle, timeout=30, what="the first run to finish")
+    # A second trigger right away must not collide with the first one's workflow id.
+    again = await cli(cli_env, "schedules", "trigger", managed, "--json")
+    assert again.code == 0, again
+    assert json.loads(again.stdout)["logical_key"] != data["logical_key"]
+
+
+async def test_two_triggers_in_one_second_start_two_runs(
+    client: Client, apply_one: ApplyOne, schedule_id: str
+) -> None:
+    # allow_all (a read-only job): neither run waits for the other, so only the workflow id
+    # could make Temporal drop the second start.
+    await apply_one(definition(schedule_id, job="noop-digest", overlap="allow_all", args={}))
+    # Start at the top of a second so that both triggers fall inside it.
+    await asyncio.sleep(1.02 - datetime.now(UTC).microsecond / 1_000_000)
+    first = await operations.trigger(client, schedule_id)
+    second = await operations.trigger(client, schedule_id)
+    assert first.workflow_id and second.workflow_id
+    assert first.workflow_id != second.workflow_id
+    assert first.logical_key != second.logical_key
+    runs = (await client.get_schedule_handle(schedule_id).describe()).info.recent_actions
+    assert len(runs) == 2
+
+
+async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
+    pool: asyncpg.Pool,
+    cli_env: dict[str, str],
+    worker: Worker,
+    apply_one: ApplyOne,
+    schedule_id: str,
+) -> None:
+    handle = await apply_one(definition(schedule_id, args={"sleep": 8}))
+    first = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
+    assert first.code == 0, first
+    key = json.loads(first.stdout)["logical_key"]
+
+    async def running() -> bool:
+        return bool((await handle.describe()).info.running_actions)
+
+    await wait_for(running, timeout=10, what="the first run to be running")
+    second = await cli(cli_env, "schedules", "trigger", schedule_id)
+    assert second.code == 1, second
+    assert "skipped the triggered run" in second.stderr
+    assert "overlap is skip" in second.stderr
+    await wait_for(lambda: committed(pool, key), timeout=30, what="the first run's commit")
+
+
+async def test_delete_removes_the_schedule_and_its_heartbeat_and_keeps_the_outbox(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], worker: Worker, managed: str
+) -> None:
+    triggered = await cli(cli_env, "schedules", "trigger", managed, "--json")
+    key = json.loads(triggered.stdout)["logical_key"]
+    await wait_for(lambda: committed(pool, key), timeout=30, what="a committed run")
+    # Off a terminal and without --yes: refused, nothing deleted.
+    refused = await cli(cli_env, "schedules", "delete", managed)
+    assert refused.code == 2, refused
+    assert "--yes" in refused.stderr
+    assert await describe_or_none(client, managed) is not None
+
+    deleted = await cli(cli_env, "schedules", "delete", managed, "--yes")
+    assert deleted.code == 0, deleted
+    assert await describe_or_none(client, managed) is None
+    async with pool.acquire() as conn:
+        assert await heartbeats.get(conn, managed) is None
+    assert await committed(pool, key)
+
+
+async def test_commands_on_an_unknown_id_exit_1_naming_the_known_ids(
+    client: Client, cli_env: dict[str, str], managed: str
+) -> None:
+    await wait_for(lambda: listed(client, managed), timeout=20, what="listed")
+    for command in ("describe", "pause", "unpause", "trigger"):
+        result = await cli(cli_env, "schedules", command, "no-such-schedule")
+        assert result.code == 1, (command, result)
+        assert result.stderr.startswith("error: no schedule 'no-such-schedule' (known: ")
+        assert managed in result.stderr
+        assert "Traceback" not in result.stderr
+    gone = await cli(cli_env, "schedules", "delete", "no-such-schedule", "--yes")
+    assert gone.code == 1 and "no schedule 'no-such-schedule'" in gone.stderr
+
+
+async def test_operations_leave_a_schedule_cronwarden_did_not_create_alone(
+    client: Client, cli_env: dict[str, str], task_queue: str
+) -> None:
+    sid = new_id("foreign")
+    handle = await foreign_schedule(client, sid, task_queue)
+    try:
+        for command in (
+            ["pause", sid],
+            ["unpause", sid],
+            ["trigger", sid],
+            ["delete", sid, "--yes"],
+        ):
+            result = await cli(cli_env, "schedules", *command)
+            assert result.code == 1, (command, result)
+            assert "not created by cronwarden" in result.stderr
+        desc = await handle.describe()
+        assert desc.schedule.state.paused is False
+        assert desc.info.num_actions == 0
+    finally:
+        await handle.delete()
+
+
+async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, managed: str
+) -> None:
+    handle = client.get_schedule_handle(managed)
+    # A worker redeployed without the `probe` job.
+    without_probe = JobRegistry()
+    without_probe.register(REGISTRY.get("noop-digest"))
+    async with in_process_worker(client, pool, task_queue, without_probe):
+        await handle.trigger()
+
+        async def paused() -> bool:
+            return (await handle.describe()).schedule.state.paused
+
+        await wait_for(paused, timeout=30, what="the schedule paused by the worker")
+    desc = await handle.describe()
+    assert desc.schedule.state.note is not None
+    assert desc.schedule.state.note.startswith("paused by cronwarden: job 'probe'")
+    assert "is not registered on worker" in desc.schedule.state.note
+    (run,) = desc.info.recent_actions
+    assert isinstance(run.action, ScheduleActionExecutionStartWorkflow)
+    wf = await client.get_workflow_handle(run.action.workflow_id).describe()
+    assert wf.status is not None and wf.status.name == "FAILED"
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, managed)
+    assert beat is not None
+    # Not an operator's pause: the monitor must keep paging.
+    assert beat["paused"] is False
+    assert "unknown job 'probe'" in (beat["last_error"] or "")
+
+    status = await cli(cli_env, "status", "--json")
+    assert status.code == 0, status
+    row = next(r for r in json.loads(status.stdout)["schedules"] if r["schedule_id"] == managed)
+    assert row["paused_by"] == "failure"
+    assert row["orphaned"] is True
+
+
+async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_it(
+    client: Client, pool: asyncpg.Pool, task_queue: str, managed: str
+) -> None:
+    handle = client.get_schedule_handle(managed)
+    stale = await handle.describe()
+    await handle.pause(note="operator: hold")
+    changed = definition(managed, timeout="7m")
+    # What a read-modify-write without a conflict token would send: the state read before the
+    # pause. Temporal must drop it.
+    replacement = to_temporal(changed, task_queue=task_queue)
+    replacement.state = stale.schedule.state
+    try:
+        await send_update(client, stale, replacement)
+    except RPCError as exc:
+        assert "onflict" in exc.message
+    # Patches and updates are applied in order: once this note shows, the stale update has
+    # been dealt with.
+    await handle.pause(note="operator: still holding")
+
+    async def noted() -> bool:
+        return (await handle.describe()).schedule.state.note == "operator: still holding"
+
+    await wait_for(noted, timeout=20, what="the second pause note")
+    after = await handle.describe()
+    assert after.schedule.state.paused is True
+    assert (await action_memo(client, after))[DIGEST_MEMO] == definition_digest(
+        definition(managed), task_queue=task_queue
+    )
+
+    (change,) = await apply_definitions(client, pool, [changed], task_queue=task_queue)
+    assert change.action == "updated" and change.changed_fields == ["timeout"]
+    final = await handle.describe()
+    assert final.schedule.state.paused is True
+    assert (await action_memo(client, final))[DIGEST_MEMO] == definition_digest(
+        changed, task_queue=task_queue
+    )

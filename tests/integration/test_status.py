@@ -1,0 +1,202 @@
+"""`cronwarden status` against real Temporal and Postgres: pause attribution, health, the
+documented `--json` keys, display zones and one-sentence failures."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+
+from schedules.apply import apply_definitions
+from tests.integration.conftest import wait_for
+from tests.integration.test_cli import cli
+from tests.integration.test_schedule_commands import definition, foreign_schedule, new_id
+
+pytestmark = pytest.mark.integration
+
+ROW_KEYS = {
+    "schedule_id",
+    "managed",
+    "in_temporal",
+    "job",
+    "spec",
+    "overlap",
+    "paused",
+    "paused_by",
+    "pause_note",
+    "orphaned",
+    "last_success",
+    "next_expected_at",
+    "health",
+    "last_error",
+    "skipped_overlap",
+    "missed_catchup",
+}
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def two(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncIterator[list[str]]:
+    """Two quiet managed schedules (they never fire on their own during a test)."""
+    ids = [new_id("st-a"), new_id("st-b")]
+    await apply_definitions(
+        client,
+        pool,
+        [definition(ids[0]), definition(ids[1], args={"sleep": 0.5})],
+        task_queue=task_queue,
+    )
+    try:
+        yield ids
+    finally:
+        for sid in ids:
+            await client.get_schedule_handle(sid).delete()
+
+
+async def status_rows(env: dict[str, str], *args: str) -> dict[str, dict[str, Any]]:
+    result = await cli(env, "status", "--json", *args)
+    assert result.code == 0, result
+    data = json.loads(result.stdout)
+    assert set(data) == {"generated_at", "schedules"}
+    return {row["schedule_id"]: row for row in data["schedules"]}
+
+
+async def test_operator_pause_and_failure_pause_show_differently(
+    client: Client, cli_env: dict[str, str], two: list[str]
+) -> None:
+    by_operator, by_failure = two
+    paused = await cli(cli_env, "schedules", "pause", by_operator, "--reason", "vendor outage")
+    assert paused.code == 0, paused
+    # What pause_on_failure does: a pause in Temporal that `schedules pause` did not record.
+    await client.get_schedule_handle(by_failure).pause(note="Workflow failed: boom")
+
+    rows = await status_rows(cli_env)
+    assert rows[by_operator]["paused_by"] == "operator"
+    assert rows[by_operator]["health"] == "paused"
+    assert rows[by_operator]["pause_note"] == "paused by operator: vendor outage"
+    assert rows[by_failure]["paused_by"] == "failure"
+    # The monitor still pages for a failure pause, so status still judges its health.
+    assert rows[by_failure]["health"] == "ok"
+    assert rows[by_failure]["pause_note"] == "Workflow failed: boom"
+
+    table = await cli(cli_env, "status")
+    assert table.code == 0, table
+    lines = table.stdout.splitlines()
+    operator_line = next(line for line in lines if by_operator in line)
+    failure_line = next(line for line in lines if by_failure in line)
+    assert "operator: vendor outage" in operator_line
+    assert "failure: Workflow failed: boom" in failure_line
+
+
+async def test_status_json_parses_and_has_the_documented_keys(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, two: list[str]
+) -> None:
+    late, overdue = two
+    foreign = new_id("st-foreign")
+    await foreign_schedule(client, foreign, task_queue)
+    async with pool.acquire() as conn:
+        # One fire a minute overdue (grace 15m: late), one past its grace (overdue), and a
+        # successful run recorded on the first.
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 minute', "
+            "last_logical_key = $2, last_success_at = now() - interval '10 minutes' "
+            "WHERE schedule_id = $1",
+            late,
+            f"{late}@2026-01-01T03:00:00Z",
+        )
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 hour', "
+            "last_error = 'JobFailed: boom' WHERE schedule_id = $1",
+            overdue,
+        )
+    try:
+
+        async def all_listed() -> dict[str, dict[str, Any]]:
+            rows = await status_rows(cli_env)
+            return rows if foreign in rows else {}
+
+        rows = await wait_for(all_listed, timeout=20, what="the foreign schedule in status")
+    finally:
+        await client.get_schedule_handle(foreign).delete()
+    for sid in (late, overdue, foreign):
+        assert set(rows[sid]) == ROW_KEYS
+    assert set(rows[late]["last_success"]) == {"logical_key", "at", "age_seconds"}
+    assert rows[late]["health"] == "late"
+    assert rows[late]["last_success"]["logical_key"] == f"{late}@2026-01-01T03:00:00Z"
+    assert 600 <= rows[late]["last_success"]["age_seconds"] < 3600
+    assert rows[late]["spec"] == "cron 0 3 1 1 *"
+    assert rows[late]["overlap"] == "skip"
+    assert rows[overdue]["health"] == "overdue"
+    assert rows[overdue]["last_error"] == "JobFailed: boom"
+    assert rows[overdue]["last_success"]["logical_key"] is None
+    assert rows[foreign]["managed"] is False
+    assert rows[foreign]["health"] == "untracked"
+    for row in (rows[late], rows[overdue]):
+        assert row["skipped_overlap"] == 0 and row["missed_catchup"] == 0
+        assert row["next_expected_at"].endswith("Z")
+
+
+async def test_a_heartbeat_whose_schedule_was_deleted_elsewhere_is_shown_not_hidden(
+    client: Client, cli_env: dict[str, str], two: list[str]
+) -> None:
+    sid = two[0]
+    # Deleted behind cronwarden's back (Temporal UI): its heartbeat row would page for ever.
+    await client.get_schedule_handle(sid).delete()
+    rows = await status_rows(cli_env)
+    assert rows[sid]["in_temporal"] is False
+    assert rows[sid]["spec"] == "(not in Temporal)"
+    two.remove(sid)
+
+
+async def test_tz_changes_only_the_display(cli_env: dict[str, str], two: list[str]) -> None:
+    utc = await cli(cli_env, "status")
+    tokyo = await cli(cli_env, "status", "--tz", "Asia/Tokyo")
+    assert utc.code == 0 and tokyo.code == 0, (utc, tokyo)
+    assert "next expected (UTC)" in utc.stdout
+    assert "next expected (Asia/Tokyo)" in tokyo.stdout
+    assert " JST" in next(line for line in tokyo.stdout.splitlines() if two[0] in line)
+    # The logical key names the UTC fire time whatever the display zone.
+    json_tokyo = await status_rows(cli_env, "--tz", "Asia/Tokyo")
+    assert json_tokyo[two[0]]["next_expected_at"].endswith("Z")
+
+    bad = await cli(cli_env, "status", "--tz", "Mars/Olympus")
+    assert bad.code == 2
+    assert "unknown time zone 'Mars/Olympus'" in bad.stderr
+
+
+async def test_status_with_temporal_unreachable_is_one_sentence(cli_env: dict[str, str]) -> None:
+    env = {**cli_env, "CRONWARDEN_TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    result = await cli(env, "status")
+    assert result.code == 1
+    assert result.stderr.strip().startswith("error: cannot reach Temporal at 127.0.0.1:1")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_status_with_postgres_unreachable_is_one_sentence(cli_env: dict[str, str]) -> None:
+    env = {
+        **cli_env,
+        "CRONWARDEN_DATABASE_URL": f"postgresql://u:pw-{uuid.uuid4().hex}@127.0.0.1:1/x",
+    }
+    result = await cli(env, "status")
+    assert result.code == 1
+    assert "cannot reach Postgres at 127.0.0.1:1/x" in result.stderr
+    assert "pw-" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_colour_only_on_a_terminal_and_never_in_json(
+    cli_env: dict[str, str], two: list[str]
+) -> None:
+    plain = await cli(cli_env, "status")
+    assert plain.code == 0 and "\x1b[" not in plain.stdout
+    # FORCE_COLOR makes rich treat the output as a colour terminal.
+    env = {**cli_env, "FORCE_COLOR": "1", "COLUMNS": "300"}
+    coloured = await cli(env, "status")
+    assert coloured.code == 0 and "\x1b[" in coloured.stdout
+    as_json = await cli(env, "status", "--json")
+    assert as_json.code == 0 and "\x1b[" not in as_json.stdout
+    json.loads(as_json.stdout)
