@@ -13,6 +13,7 @@ import typer
 
 from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.logs import configure as configure_logging
+from monitor.cli import monitor_command
 from schedules.cli import schedules_app
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(schedules_app, name="schedules")
+app.command("monitor")(monitor_command)
 
 
 @app.callback()
