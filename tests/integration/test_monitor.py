@@ -28,6 +28,7 @@ from monitor.loop import Monitor, options_from_settings, run_monitor, sinks_from
 from schedules.apply import apply_definitions
 from store import locks, watch
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
+from tests.integration.test_cli import cli
 from tests.integration.test_guard import start_run
 from tests.integration.test_scheduled_runs import definition
 from tests.receiver import Receiver
@@ -110,14 +111,41 @@ async def stage(
         )
 
 
+async def stage_many(pool: asyncpg.Pool, prefix: str, n: int) -> list[str]:
+    ids = [f"{prefix}-{i}" for i in range(n)]
+    for sid in ids:
+        await stage(pool, sid)
+    return ids
+
+
+async def stage_and_watch(
+    database: str,
+    pool: asyncpg.Pool,
+    receiver: Receiver,
+    schedule_id: str,
+    *,
+    n: int = 2,
+    **row: Any,
+) -> None:
+    """Stage one heartbeat row, then let a monitor make `n` passes over it."""
+    await stage(pool, schedule_id, **row)
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, n)
+
+
+# What happens to a schedule after its incident opened, and how the incident must resolve.
+CHANGES = {
+    "recovered": "UPDATE cronwarden.heartbeats SET last_success_at = now(),"
+    " next_expected_at = now() + interval '1 hour' WHERE schedule_id = $1",
+    "paused": "UPDATE cronwarden.heartbeats SET paused = true WHERE schedule_id = $1",
+    "schedule-deleted": "DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1",
+}
+
+
 async def heartbeat_lands(pool: asyncpg.Pool, schedule_id: str) -> None:
     """What a run's commit does to the row: success now, next fire in the future."""
     async with pool.acquire() as conn:
-        await conn.execute(
-            "UPDATE cronwarden.heartbeats SET last_success_at = now(),"
-            " next_expected_at = now() + interval '1 hour' WHERE schedule_id = $1",
-            schedule_id,
-        )
+        await conn.execute(CHANGES["recovered"], schedule_id)
 
 
 def events(receiver: Receiver, path: str = "/hook", **match: Any) -> list[dict[str, Any]]:
@@ -136,9 +164,7 @@ async def incidents_of(pool: asyncpg.Pool, schedule_id: str | None) -> list[asyn
 async def test_an_overdue_schedule_pages_exactly_once_over_many_passes(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
-    await stage(pool, schedule_id)
-    async with monitoring(database, receiver) as monitor:
-        await passes(monitor, 4)
+    await stage_and_watch(database, pool, receiver, schedule_id, n=4)
     [page] = receiver.at("/hook")
     body = page.body
     assert body["event"] == "trigger"
@@ -152,25 +178,25 @@ async def test_an_overdue_schedule_pages_exactly_once_over_many_passes(
     assert body["incident_id"] == incident["id"]
 
 
-async def test_a_heartbeat_landing_resolves_the_incident_with_one_resolve_page(
-    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+@pytest.mark.parametrize("resolution", list(CHANGES))
+async def test_an_incident_resolves_with_one_resolve_page_on_heartbeat_pause_or_delete(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str, resolution: str
 ) -> None:
     await stage(pool, schedule_id)
     async with monitoring(database, receiver) as monitor:
         await passes(monitor, 2)
-        await heartbeat_lands(pool, schedule_id)
+        async with pool.acquire() as conn:
+            await conn.execute(CHANGES[resolution], schedule_id)
         await passes(monitor, 3)
     assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
     [incident] = await incidents_of(pool, schedule_id)
-    assert incident["resolution"] == "recovered" and incident["resolved_at"] is not None
+    assert incident["resolution"] == resolution and incident["resolved_at"] is not None
 
 
 async def test_a_schedule_that_never_ran_pages_as_never_ran(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
-    await stage(pool, schedule_id, succeeded=False)
-    async with monitoring(database, receiver) as monitor:
-        await passes(monitor, 2)
+    await stage_and_watch(database, pool, receiver, schedule_id, succeeded=False)
     [body] = events(receiver)
     assert body["kind"] == "never-ran" and body["schedule_id"] == schedule_id
     assert body["details"]["last_success_at"] is None
@@ -179,44 +205,9 @@ async def test_a_schedule_that_never_ran_pages_as_never_ran(
 async def test_an_operator_paused_schedule_does_not_page(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
-    await stage(pool, schedule_id, paused=True)
-    async with monitoring(database, receiver) as monitor:
-        await passes(monitor, 2)
+    await stage_and_watch(database, pool, receiver, schedule_id, paused=True)
     assert receiver.requests == []
     assert await incidents_of(pool, schedule_id) == []
-
-
-async def test_pausing_an_overdue_schedule_resolves_its_incident(
-    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
-) -> None:
-    await stage(pool, schedule_id)
-    async with monitoring(database, receiver) as monitor:
-        await passes(monitor)
-        async with pool.acquire() as conn:
-            await conn.execute(
-                "UPDATE cronwarden.heartbeats SET paused = true WHERE schedule_id = $1",
-                schedule_id,
-            )
-        await passes(monitor, 2)
-    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
-    [incident] = await incidents_of(pool, schedule_id)
-    assert incident["resolution"] == "paused"
-
-
-async def test_a_deleted_schedules_incident_resolves_instead_of_paging_forever(
-    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
-) -> None:
-    await stage(pool, schedule_id)
-    async with monitoring(database, receiver) as monitor:
-        await passes(monitor)
-        async with pool.acquire() as conn:
-            await conn.execute(
-                "DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
-            )
-        await passes(monitor, 2)
-    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
-    [incident] = await incidents_of(pool, schedule_id)
-    assert incident["resolution"] == "schedule-deleted"
 
 
 async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_long(
@@ -287,9 +278,7 @@ async def test_acquire_without_a_deadline_leaves_the_lease_unwatched(pool: async
 async def test_five_schedules_overdue_together_send_one_system_page_and_one_resolve(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
-    late = [f"{schedule_id}-{i}" for i in range(5)]
-    for sid in late:
-        await stage(pool, sid)
+    late = await stage_many(pool, schedule_id, 5)
     await stage(pool, f"{schedule_id}-fine", late="-1 hour")
     async with monitoring(
         database, receiver, pagerduty_routing_key=ROUTING_KEY, pagerduty_url=receiver.url("/pd")
@@ -366,9 +355,7 @@ async def test_a_sink_answering_500_then_200_gets_the_page_once(
 async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
-    ids = [f"{schedule_id}-{i}" for i in range(8)]
-    for sid in ids:
-        await stage(pool, sid)
+    ids = await stage_many(pool, schedule_id, 8)
     # Keep them individual pages: the race under test is per schedule.
     extra = {"monitor_system_min_schedules": 100}
     async with (
@@ -382,32 +369,27 @@ async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
     assert paged == sorted(ids)
 
 
-async def run_cli(env: dict[str, str], *args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *cronwarden_argv("--log-json", *args),
-        env=env,
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode()
-
-
 async def test_two_monitor_processes_over_one_database_page_once(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
-    ids = [f"{schedule_id}-{i}" for i in range(2)]
-    for sid in ids:
-        await stage(pool, sid)
+    ids = await stage_many(pool, schedule_id, 2)
     env = env_for(settings_for(database, receiver))
-    results = await asyncio.gather(*(run_cli(env, "monitor", "--once") for _ in range(2)))
-    assert [code for code, _ in results] == [0, 0], results
+    results = await asyncio.gather(*(cli(env, "monitor", "--once") for _ in range(2)))
+    assert [r.code for r in results] == [0, 0], results
     assert sorted(b["schedule_id"] for b in events(receiver)) == sorted(ids)
     assert len(receiver.at("/hook")) == 2
-    opened = sum(out.count('"incident.opened"') for _, out in results)
+    opened = sum(r.stderr.count('"incident.opened"') for r in results)
     assert opened == 2, results
+
+
+async def start_monitor(env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *cronwarden_argv("--log-json", "monitor", "--interval", "0.2"),
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
 
 
 async def test_a_monitor_killed_mid_send_delivers_the_page_once_after_restart(
@@ -416,13 +398,7 @@ async def test_a_monitor_killed_mid_send_delivers_the_page_once_after_restart(
     await stage(pool, schedule_id)
     env = env_for(settings_for(database, receiver, monitor_send_timeout_seconds=2))
     receiver.hold.set()
-    first = await asyncio.create_subprocess_exec(
-        *cronwarden_argv("--log-json", "monitor", "--interval", "0.2"),
-        env=env,
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    first = await start_monitor(env)
 
     async def sending() -> bool:
         return bool(receiver.at("/hook"))
@@ -440,13 +416,7 @@ async def test_a_monitor_killed_mid_send_delivers_the_page_once_after_restart(
     receiver.hold.clear()
     receiver.release.set()
 
-    second = await asyncio.create_subprocess_exec(
-        *cronwarden_argv("--log-json", "monitor", "--interval", "0.2"),
-        env=env,
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
+    second = await start_monitor(env)
     try:
 
         async def delivered() -> list[asyncpg.Record]:
@@ -476,8 +446,9 @@ async def test_a_monitor_that_cannot_reach_the_database_alerts_the_sinks_directl
         pagerduty_routing_key=ROUTING_KEY,
         pagerduty_url=receiver.url("/pd"),
     )
-    code, out = await run_cli(env_for(values), "monitor", "--once")
-    assert code == 1, out
+    result = await cli(env_for(values), "monitor", "--once")
+    out = result.stdout + result.stderr
+    assert result.code == 1, out
     assert "error: " in out and "Traceback" not in out
     for secret in (SECRET, ROUTING_KEY, "slack-token-5d1e", "db-password-4b7e"):
         assert secret not in out
