@@ -352,6 +352,25 @@ async def test_a_sink_answering_500_then_200_gets_the_page_once(
     assert monitor.metrics.failed["webhook"] == 2 and monitor.metrics.sent["webhook"] == 1
 
 
+async def test_a_resolve_waits_until_its_trigger_reached_the_sink(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    receiver.script.extend([500])
+    async with monitoring(database, receiver, monitor_retry_base_seconds=3) as monitor:
+        await passes(monitor)  # the trigger fails and backs off for three seconds
+        await heartbeat_lands(pool, schedule_id)
+        await passes(monitor)  # the resolve is due, but its trigger is not delivered yet
+        assert [r.status for r in receiver.at("/hook")] == [500]
+
+        async def both() -> bool:
+            await passes(monitor)
+            return len(events(receiver)) == 2
+
+        await wait_for(both, timeout=20, what="trigger and resolve", interval=0.2)
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
 async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
@@ -436,7 +455,7 @@ async def test_a_monitor_killed_mid_send_delivers_the_page_once_after_restart(
 
 
 async def test_a_monitor_that_cannot_reach_the_database_alerts_the_sinks_directly(
-    receiver: Receiver,
+    database: str, receiver: Receiver
 ) -> None:
     dead = f"postgresql://postgres:db-password-4b7e@127.0.0.1:{free_port()}/nowhere"
     values = settings_for(
@@ -457,11 +476,19 @@ async def test_a_monitor_that_cannot_reach_the_database_alerts_the_sinks_directl
     assert events(receiver, "/pd")[0]["dedup_key"] == "cronwarden:monitor"
     assert len(events(receiver, SLACK_PATH)) == 1
 
-    # In a long-running monitor the alert is rate-limited, not repeated every pass.
+    # In a long-running monitor the alert is rate-limited, not repeated every pass; once the
+    # database answers again, the alert is resolved.
     async with monitoring(dead, receiver, monitor_db_alert_every_seconds=3600) as monitor:
         for _ in range(3):
             assert await monitor.step() is not None
-    assert len(events(receiver)) == 2
+        assert len(events(receiver)) == 2
+        monitor.dsn = database
+        for _ in range(2):
+            assert await monitor.step() is None
+    assert [(b["kind"], b["event"]) for b in events(receiver)][1:] == [
+        ("monitor-database-unreachable", "trigger"),
+        ("monitor-database-unreachable", "resolve"),
+    ]
 
 
 async def test_the_monitor_records_its_liveness_and_pings_the_dead_mans_switch(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -141,3 +142,9 @@ def test_metrics_render_in_the_prometheus_text_format() -> None:
     assert 'cronwarden_notifications_failed_total{sink="slack"} 1\n' in text
     assert "# TYPE cronwarden_notifications_sent_total counter" in text
     assert text.endswith("\n")
+
+
+def test_healthz_fails_once_no_pass_reached_the_database_for_too_long() -> None:
+    assert not Metrics().healthy(max_age=60)
+    assert Metrics(last_pass_at=time.time() - 10).healthy(max_age=60)
+    assert not Metrics(last_pass_at=time.time() - 61).healthy(max_age=60)
