@@ -126,9 +126,14 @@ class Monitor:
         """One pass that never raises an expected failure: returns the database error, if any."""
         try:
             await self.run_pass()
-        except _DB_ERRORS as exc:
-            await self._database_unreachable(exc)
-            return exc
+        except _DB_ERRORS:
+            # A pooled connection broken by a database restart fails once and is replaced:
+            # one immediate retry (a pass is safe to repeat) keeps that blip from paging.
+            try:
+                await self.run_pass()
+            except _DB_ERRORS as exc:
+                await self._database_unreachable(exc)
+                return exc
         await self._database_reachable()
         return None
 
@@ -164,6 +169,7 @@ class Monitor:
             claimer=self.identity,
             policy=self.options.delivery,
             metrics=self.metrics,
+            budget=max(self.options.interval, self.options.delivery.send_timeout),
         )
         async with pool.acquire() as conn:
             await monitor_state.record_pass(

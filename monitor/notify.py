@@ -8,6 +8,7 @@ the webhook's delivery id and PagerDuty's dedup_key let a receiver fold a rare r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -45,10 +46,15 @@ async def deliver_due(
     claimer: str,
     policy: DeliveryPolicy,
     metrics: Metrics,
+    budget: float,
 ) -> int:
-    """Send every due notification (up to the batch); returns how many were delivered."""
+    """Send due notifications (up to the batch, and for about `budget` seconds, so a sink that
+    times out on every request cannot hold up the next scan); returns how many were delivered."""
     delivered = 0
+    deadline = time.monotonic() + budget
     for _ in range(policy.batch):
+        if time.monotonic() > deadline:
+            break
         async with pool.acquire() as conn:
             row = await notifications.claim_next(
                 conn, claimer=claimer, claim_seconds=policy.claim_seconds

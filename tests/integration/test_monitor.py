@@ -491,6 +491,21 @@ async def test_a_monitor_that_cannot_reach_the_database_alerts_the_sinks_directl
     ]
 
 
+async def test_a_connection_the_database_dropped_does_not_page_the_database_alert(
+    database: str, pool: asyncpg.Pool, receiver: Receiver
+) -> None:
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor)
+        async with pool.acquire() as conn:  # what a database restart does to pooled connections
+            killed = await conn.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        assert killed >= 1
+        assert await monitor.step() is None
+    assert receiver.requests == []
+
+
 async def test_the_monitor_records_its_liveness_and_pings_the_dead_mans_switch(
     database: str, pool: asyncpg.Pool, receiver: Receiver
 ) -> None:
