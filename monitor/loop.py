@@ -44,6 +44,8 @@ DATABASE_PHASE_TIMEOUT = 30.0
 _DB_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    # A connection the server closed under us can surface as a protocol-state error.
+    asyncpg.InternalClientError,
     OSError,
     TimeoutError,
     Unreachable,
@@ -117,6 +119,11 @@ class Monitor:
         self._pool: asyncpg.Pool | None = None
         self._db_alert_at: float | None = None
 
+    def _drop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()
@@ -127,8 +134,9 @@ class Monitor:
         try:
             await self.run_pass()
         except _DB_ERRORS:
-            # A pooled connection broken by a database restart fails once and is replaced:
-            # one immediate retry (a pass is safe to repeat) keeps that blip from paging.
+            # Pooled connections broken by a database restart fail once: drop them all and
+            # retry at once on fresh ones (a pass is safe to repeat), so that blip never pages.
+            self._drop_pool()
             try:
                 await self.run_pass()
             except _DB_ERRORS as exc:
@@ -304,8 +312,7 @@ class Monitor:
         error = f"{type(exc).__name__}: {exc}".strip()
         self.metrics.database_up = False
         log.error("monitor.database-unreachable", error=error)
-        if self._pool is not None and isinstance(exc, Unreachable):
-            await self.close()
+        self._drop_pool()
         now = time.monotonic()
         every = self.options.db_alert_every
         if self._db_alert_at is not None and now - self._db_alert_at < every:
