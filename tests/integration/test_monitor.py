@@ -595,14 +595,21 @@ async def test_a_real_run_landing_its_heartbeat_resolves_the_incident(
     handle = client.get_schedule_handle(schedule_id)
     try:
         await handle.pause(note="staging an outage")
-        async with pool.acquire() as conn:  # the fires it missed while "down"
-            await conn.execute(
-                "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 min'"
-                " WHERE schedule_id = $1",
-                schedule_id,
-            )
         async with monitoring(database, receiver) as monitor:
-            await passes(monitor)
+
+            async def paged() -> bool:
+                # The fires it missed while "down". Staged again until it pages: a run already
+                # in flight when the schedule paused may still commit a fresh heartbeat.
+                async with pool.acquire() as conn:
+                    await conn.execute(
+                        "UPDATE cronwarden.heartbeats"
+                        " SET next_expected_at = now() - interval '1 min' WHERE schedule_id = $1",
+                        schedule_id,
+                    )
+                await passes(monitor)
+                return bool(events(receiver))
+
+            await wait_for(paged, timeout=30, what="the staged outage to page")
             assert [b["event"] for b in events(receiver)] == ["trigger"]
             await handle.unpause(note="recovered")
 
