@@ -26,7 +26,7 @@ from cronwarden.config import Settings
 from cronwarden.embedded import free_port
 from monitor.loop import Monitor, options_from_settings, run_monitor, sinks_from_settings
 from schedules.apply import apply_definitions
-from store import locks, watch
+from store import incidents, locks, watch
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
 from tests.integration.test_cli import cli
 from tests.integration.test_guard import start_run
@@ -289,6 +289,10 @@ async def test_five_schedules_overdue_together_send_one_system_page_and_one_reso
         assert sorted(s["schedule_id"] for s in page["schedules"]) == late
         [pd] = events(receiver, "/pd")
         assert pd["dedup_key"] == "cronwarden:system"
+        async with pool.acquire() as conn:  # what `status` lists: the system incident first
+            listed = await incidents.open_incidents(conn)
+        assert [i["schedule_id"] for i in listed] == [None, *late]
+        assert {i["parent_id"] for i in listed[1:]} == {listed[0]["id"]}
         assert pd["payload"]["severity"] == "critical"
         for sid in late:
             await heartbeat_lands(pool, sid)
