@@ -17,8 +17,9 @@ def monitor_command(
         typer.Option(min=1, max=65535, help="Serve /metrics and /healthz on this port."),
     ] = None,
     metrics_host: Annotated[
-        str, typer.Option(help="Address the metrics endpoint binds (0.0.0.0 in a container).")
-    ] = "127.0.0.1",
+        str | None,
+        typer.Option(help="Address the metrics endpoint binds. Default: every interface."),
+    ] = None,
 ) -> None:
     """Page for schedules that did not run (or run too long). Reads Postgres only."""
 

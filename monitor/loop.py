@@ -359,7 +359,7 @@ async def run_monitor(
     once: bool = False,
     interval: float = DEFAULT_INTERVAL,
     metrics_port: int | None = None,
-    metrics_host: str = "127.0.0.1",
+    metrics_host: str | None = None,
     stop: asyncio.Event | None = None,
     handle_signals: bool = True,
 ) -> None:

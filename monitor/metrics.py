@@ -100,9 +100,10 @@ class Metrics:
 
 
 async def serve(
-    metrics: Metrics, *, host: str, port: int, healthy: Callable[[], bool]
+    metrics: Metrics, *, host: str | None, port: int, healthy: Callable[[], bool]
 ) -> asyncio.Server:
-    """Start the HTTP endpoint; the caller closes the returned server."""
+    """Start the HTTP endpoint; the caller closes the returned server. host=None binds every
+    interface (IPv4 and IPv6), as a pod's probes and Prometheus need."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
