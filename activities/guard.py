@@ -100,6 +100,8 @@ class GuardedRun:
                 attempt=info.attempt,
                 ttl_seconds=inp.lock_ttl_seconds,
                 logical_key=inp.logical_key,
+                schedule_id=inp.schedule_id,
+                run_deadline_seconds=_run_deadline_seconds(info, inp),
             )
         if got.already_done:
             return self._already_done(inp, got.done_args_digest, info.attempt, log)
@@ -426,6 +428,12 @@ def _ran(record: CommitRecord) -> RunOutcome:
         fencing_token=record.token,
         attempt=record.attempt,
     )
+
+
+def _run_deadline_seconds(info: activity.Info, inp: GuardedRunInput) -> float | None:
+    """How long this attempt may hold the lease before the monitor pages: timeout + grace."""
+    timeout = info.start_to_close_timeout
+    return timeout.total_seconds() + inp.heartbeat_grace_seconds if timeout else None
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -14,6 +14,7 @@ import typer
 from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import configure as configure_logging
+from monitor.cli import monitor_command
 from schedules.cli import schedules_app, status_command
 
 app = typer.Typer(
@@ -25,6 +26,7 @@ app = typer.Typer(
 )
 app.add_typer(schedules_app, name="schedules")
 app.command("status")(status_command)
+app.command("monitor")(monitor_command)
 
 
 @app.callback()

@@ -54,6 +54,33 @@ class Settings(BaseSettings):
     """Runs one worker executes at once. Each may hold two Postgres connections (its commit
     transaction and a lease renewal), so the worker's pool holds twice this, plus two."""
 
+    # The absence monitor (`cronwarden monitor`). Every URL that may carry a token is secret.
+    alert_webhook_url: SecretStr | None = None
+    """Generic webhook sink: pages POSTed as JSON."""
+    alert_webhook_secret: SecretStr | None = None
+    """When set, webhook bodies are signed: `X-Cronwarden-Signature: sha256=<HMAC-SHA256 hex>`."""
+    slack_webhook_url: SecretStr | None = None
+    """Slack incoming-webhook URL (the URL is the credential)."""
+    pagerduty_routing_key: SecretStr | None = None
+    """PagerDuty Events API v2 integration (routing) key."""
+    pagerduty_url: str = "https://events.pagerduty.com/v2/enqueue"
+    """PagerDuty Events API v2 endpoint (tests point it at a local server)."""
+    monitor_ping_url: SecretStr | None = None
+    """Dead-man's switch pinged (GET) after every monitor pass that reached the database."""
+    monitor_system_min_schedules: int = Field(default=3, ge=1)
+    """A system page needs at least this many schedules going overdue in one pass …"""
+    monitor_system_ratio: float = Field(default=0.5, gt=0, le=1)
+    """… and at least this share of the watched (unpaused) schedules."""
+    monitor_send_timeout_seconds: float = Field(default=10.0, gt=0)
+    """Timeout of one delivery (or ping) HTTP request."""
+    monitor_retry_base_seconds: float = Field(default=5.0, gt=0)
+    """First retry delay of a failed delivery; doubles per attempt."""
+    monitor_retry_max_seconds: float = Field(default=300.0, gt=0)
+    """Longest delay between two delivery attempts."""
+    monitor_db_alert_every_seconds: float = Field(default=900.0, gt=0)
+    """While the database is unreachable, the direct "cannot reach the database" alert repeats
+    at most this often."""
+
     @model_validator(mode="after")
     def _temporal_tls_is_consistent(self) -> Self:
         if bool(self.temporal_tls_cert) != bool(self.temporal_tls_key):

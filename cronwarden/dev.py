@@ -7,6 +7,7 @@ Temporal stops, then Postgres).
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from dataclasses import dataclass
 from importlib import resources
@@ -20,6 +21,7 @@ from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
 from cronwarden.errors import InvalidInput
 from cronwarden.worker_runtime import pool_size, run_worker
+from monitor.loop import run_monitor
 from schedules.apply import apply_definitions
 from schedules.model import load_schedule_file
 from store.migrate import migrate
@@ -28,6 +30,8 @@ from store.pool import connect, create_pool
 DATABASE = "cronwarden"
 # A job module may carry the DDL of its own demo tables; `dev` runs it after the migrations.
 DEV_SETUP_SQL = "DEV_SETUP_SQL"
+# Seconds between two monitor passes: quick enough to see a page while trying things out.
+DEV_MONITOR_INTERVAL = 5.0
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,19 @@ async def run_dev(options: DevOptions, *, console: Console) -> None:
                     "  Ctrl-C stops everything; run it again to resume with the same state.\n",
                     markup=True,
                 )
-                await run_worker(settings, client=client, pool=pool)
+                # The monitor runs beside the worker (with its own pool) and stops with it.
+                stop = asyncio.Event()
+                watching = asyncio.create_task(
+                    run_monitor(
+                        settings, interval=DEV_MONITOR_INTERVAL, stop=stop, handle_signals=False
+                    ),
+                    name="monitor",
+                )
+                try:
+                    await run_worker(settings, client=client, pool=pool, stop=stop)
+                finally:
+                    stop.set()
+                    await watching
             finally:
                 await pool.close()
         finally:

@@ -20,9 +20,10 @@ WITH done AS (
     SELECT args_digest FROM cronwarden.outbox WHERE logical_key = $4
 ), acquired AS (
     INSERT INTO cronwarden.locks AS l
-           (name, holder, attempt, token, expires_at, acquired_at, logical_key)
+           (name, holder, attempt, token, expires_at, acquired_at, logical_key, schedule_id,
+            run_deadline)
     SELECT $1, $2, $5, nextval('cronwarden.lock_tokens'), now() + make_interval(secs => $3),
-           now(), $4
+           now(), $4, $6, now() + make_interval(secs => $7)
      WHERE NOT EXISTS (SELECT 1 FROM done)
     ON CONFLICT (name) DO UPDATE
        SET holder = EXCLUDED.holder,
@@ -30,7 +31,9 @@ WITH done AS (
            token = EXCLUDED.token,
            expires_at = EXCLUDED.expires_at,
            acquired_at = EXCLUDED.acquired_at,
-           logical_key = EXCLUDED.logical_key
+           logical_key = EXCLUDED.logical_key,
+           schedule_id = EXCLUDED.schedule_id,
+           run_deadline = EXCLUDED.run_deadline
      WHERE l.expires_at <= now()
         OR l.holder IS NULL
         OR (l.holder = EXCLUDED.holder AND l.attempt < EXCLUDED.attempt)
@@ -75,8 +78,14 @@ async def acquire(
     ttl_seconds: float,
     logical_key: str,
     attempt: int = 1,
+    schedule_id: str | None = None,
+    run_deadline_seconds: float | None = None,
 ) -> Acquisition:
-    row = await conn.fetchrow(_ACQUIRE, name, holder, ttl_seconds, logical_key, attempt)
+    """`run_deadline_seconds` (the run's timeout + grace) marks when a run still holding the
+    lease is taking too long: the monitor pages for it."""
+    row = await conn.fetchrow(
+        _ACQUIRE, name, holder, ttl_seconds, logical_key, attempt, schedule_id, run_deadline_seconds
+    )
     return Acquisition(
         token=row["token"],
         already_done=row["done"],

@@ -81,6 +81,16 @@ async def ledger_keys(dsn: str) -> set[str]:
     return ledger
 
 
+async def monitor_passes(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(
+            await conn.fetchval("SELECT coalesce(sum(passes), 0) FROM cronwarden.monitor_state")
+        )
+    finally:
+        await conn.close()
+
+
 async def stop(proc: subprocess.Popen[str]) -> int:
     proc.send_signal(signal.SIGINT)
     return await asyncio.to_thread(proc.wait, 60)
@@ -103,6 +113,8 @@ async def test_dev_runs_the_demo_stops_on_ctrl_c_and_resumes_with_its_state(
     assert env["CRONWARDEN_TEMPORAL_ADDRESS"] == f"127.0.0.1:{ports['temporal']}"
     dsn = env["CRONWARDEN_DATABASE_URL"]
     before = await wait_for(lambda: ledger_keys(dsn), timeout=60, what="a demo posting")
+    # The monitor runs beside the worker and records its passes in the same database.
+    await wait_for(lambda: monitor_passes(dsn), timeout=30, what="a monitor pass")
     assert f"http://127.0.0.1:{ports['ui']}" in first_log.read_text()
     assert await stop(proc) == 0, first_log.read_text()
     assert not _listening(ports["postgres"]) and not _listening(ports["temporal"])

@@ -1,0 +1,37 @@
+"""`cronwarden monitor`: watch the heartbeats and page."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cronwarden.cli_support import load_settings, run_command
+
+
+def monitor_command(
+    once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between two passes.")] = 15.0,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(min=1, max=65535, help="Serve /metrics and /healthz on this port."),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(help="Address the metrics endpoint binds. Default: every interface."),
+    ] = None,
+) -> None:
+    """Page for schedules that did not run (or run too long). Reads Postgres only."""
+
+    async def go() -> None:
+        from monitor.loop import run_monitor
+
+        await run_monitor(
+            load_settings(),
+            once=once,
+            interval=interval,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+        )
+
+    run_command(go)

@@ -1,0 +1,418 @@
+"""The monitor's pass and the loop around it.
+
+One pass: read a snapshot (database time), decide (pure, `monitor.scan`), write each decision
+with a conditional statement together with its notifications, deliver what is due, then record
+this monitor's liveness and ping the external dead-man's switch. Only Postgres is read: the
+monitor keeps paging while Temporal and every worker are down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from cronwarden.config import Settings
+from cronwarden.errors import Unreachable
+from cronwarden.logs import get_logger
+from monitor import scan
+from monitor.messages import RESOLVE, TRIGGER, database_unreachable_message, incident_message
+from monitor.metrics import Metrics, serve
+from monitor.notify import DeliveryPolicy, deliver_due
+from monitor.sinks import Sink, SinkError, ping, send
+from monitor.sinks.pagerduty import PagerDutySink
+from monitor.sinks.slack import SlackSink
+from monitor.sinks.webhook import WebhookSink
+from store import incidents, monitor_state, notifications, watch
+from store.pool import create_pool
+
+log = get_logger("cronwarden.monitor")
+
+DEFAULT_INTERVAL = 15.0
+# The reading and deciding part of a pass must not hang on a stuck database: past this the pass
+# counts as "cannot reach the database" (and alerts), instead of silently waiting forever.
+DATABASE_PHASE_TIMEOUT = 30.0
+_DB_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    # A connection the server closed under us can surface as a protocol-state error.
+    asyncpg.InternalClientError,
+    OSError,
+    TimeoutError,
+    Unreachable,
+)
+
+
+@dataclass(frozen=True)
+class MonitorOptions:
+    interval: float = DEFAULT_INTERVAL
+    rule: scan.SystemRule = field(default_factory=scan.SystemRule)
+    delivery: DeliveryPolicy = field(default_factory=DeliveryPolicy)
+    ping_url: str | None = None
+    db_alert_every: float = 900.0
+
+
+def options_from_settings(settings: Settings, *, interval: float) -> MonitorOptions:
+    ping_url = settings.monitor_ping_url
+    return MonitorOptions(
+        interval=interval,
+        rule=scan.SystemRule(
+            min_schedules=settings.monitor_system_min_schedules,
+            ratio=settings.monitor_system_ratio,
+        ),
+        delivery=DeliveryPolicy(
+            send_timeout=settings.monitor_send_timeout_seconds,
+            retry_base=settings.monitor_retry_base_seconds,
+            retry_max=settings.monitor_retry_max_seconds,
+        ),
+        ping_url=ping_url.get_secret_value() if ping_url is not None else None,
+        db_alert_every=settings.monitor_db_alert_every_seconds,
+    )
+
+
+def sinks_from_settings(settings: Settings) -> dict[str, Sink]:
+    sinks: list[Sink] = []
+    if settings.alert_webhook_url is not None:
+        sinks.append(WebhookSink(settings.alert_webhook_url, settings.alert_webhook_secret))
+    if settings.slack_webhook_url is not None:
+        sinks.append(SlackSink(settings.slack_webhook_url))
+    if settings.pagerduty_routing_key is not None:
+        sinks.append(PagerDutySink(settings.pagerduty_routing_key, settings.pagerduty_url))
+    return {s.name: s for s in sinks}
+
+
+def monitor_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class PassReport:
+    overdue: int = 0
+    opened: int = 0
+    resolved: int = 0
+    delivered: int = 0
+
+
+class Monitor:
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        sinks: Mapping[str, Sink],
+        options: MonitorOptions,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.sinks = dict(sinks)
+        self.options = options
+        self.metrics = metrics or Metrics()
+        self.identity = monitor_identity()
+        self._pool: asyncpg.Pool | None = None
+        self._db_alert_at: float | None = None
+
+    def _drop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def step(self) -> BaseException | None:
+        """One pass that never raises an expected failure: returns the database error, if any."""
+        try:
+            await self.run_pass()
+        except _DB_ERRORS:
+            # Pooled connections broken by a database restart fail once: drop them all and
+            # retry at once on fresh ones (a pass is safe to repeat), so that blip never pages.
+            self._drop_pool()
+            try:
+                await self.run_pass()
+            except _DB_ERRORS as exc:
+                await self._database_unreachable(exc)
+                return exc
+        await self._database_reachable()
+        return None
+
+    async def run_pass(self) -> PassReport:
+        if self._pool is None:
+            # Small and separate from any worker's pool: a starved worker must not starve the
+            # monitor that pages about it.
+            self._pool = await create_pool(self.dsn, min_size=1, max_size=3)
+        pool = self._pool
+        report = PassReport()
+        async with asyncio.timeout(DATABASE_PHASE_TIMEOUT):
+            async with pool.acquire() as conn:
+                snap = await watch.snapshot(conn)
+            decided = scan.plan(
+                now=snap.now,
+                overdue=snap.overdue,
+                incident_heartbeats=snap.incident_heartbeats,
+                overlong=snap.overlong,
+                open_incidents=snap.open_incidents,
+                watched=len(snap.watched),
+                rule=self.options.rule,
+            )
+            report.overdue = sum(
+                scan.heartbeat_problem(b, snap.now) is not None for b in snap.overdue
+            )
+            async with pool.acquire() as conn:
+                report.opened = await self._open(conn, decided)
+                report.resolved = await self._resolve(conn, decided)
+                open_now = len(await incidents.open_incidents(conn))
+        report.delivered = await deliver_due(
+            pool,
+            self.sinks,
+            claimer=self.identity,
+            policy=self.options.delivery,
+            metrics=self.metrics,
+            budget=max(self.options.interval, self.options.delivery.send_timeout),
+        )
+        async with pool.acquire() as conn:
+            await monitor_state.record_pass(
+                conn, monitor_id=self.identity, host=socket.gethostname(), pid=os.getpid()
+            )
+        self.metrics.seconds_since_success = {
+            r["schedule_id"]: r["seconds_since_success"] for r in snap.watched
+        }
+        self.metrics.overdue = report.overdue
+        self.metrics.open_incidents = open_now
+        self.metrics.last_pass_at = time.time()
+        self.metrics.database_up = True
+        await self._ping()
+        log.debug("monitor.pass", **vars(report))
+        return report
+
+    @property
+    def sink_names(self) -> list[str]:
+        return sorted(self.sinks)
+
+    async def _page(
+        self,
+        conn: Any,
+        event: str,
+        incident: Mapping[str, Any],
+        schedules: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """Persist the page for every sink, in the caller's transaction."""
+        await notifications.enqueue(
+            conn,
+            incident_id=incident["id"],
+            event=event,
+            sinks=self.sink_names,
+            message=incident_message(event, incident, schedules=schedules or []),
+        )
+
+    async def _open_one(
+        self, conn: Any, problem: scan.Problem, parent_id: int | None = None
+    ) -> dict[str, Any] | None:
+        return await incidents.open_incident(
+            conn,
+            schedule_id=problem.schedule_id,
+            kind=problem.kind,
+            summary=problem.summary,
+            details=problem.details,
+            parent_id=parent_id,
+        )
+
+    async def _open(self, conn: Any, decided: scan.Plan) -> int:
+        opened = 0
+        for problem in decided.open:
+            async with conn.transaction():
+                row = await self._open_one(conn, problem)
+                if row is None:
+                    continue  # open already, or another replica opened it first
+                await self._page(conn, TRIGGER, row)
+            opened += 1
+            log.warning(
+                "incident.opened",
+                incident_id=row["id"],
+                schedule_id=problem.schedule_id,
+                kind=problem.kind,
+                summary=problem.summary,
+            )
+        if decided.system:
+            opened += await self._open_system(conn, decided.system)
+        return opened
+
+    async def _open_system(self, conn: Any, problems: list[scan.Problem]) -> int:
+        ids = [p.schedule_id for p in problems]
+        async with conn.transaction():
+            system_id, created = await incidents.open_system(
+                conn,
+                summary=f"{len(problems)} schedules went overdue together: {', '.join(ids)}",
+                details={"schedule_ids": ids},
+            )
+            members = []
+            for problem in problems:
+                row = await self._open_one(conn, problem, parent_id=system_id)
+                if row is not None:
+                    members.append(row)
+            if created is not None:
+                listed = [
+                    {"schedule_id": m["schedule_id"], "kind": m["kind"], "summary": m["summary"]}
+                    for m in members
+                ]
+                await self._page(conn, TRIGGER, created, listed)
+        log.warning(
+            "incident.system-opened" if created is not None else "incident.joined-system",
+            incident_id=system_id,
+            schedule_ids=[m["schedule_id"] for m in members],
+        )
+        return len(members) + (1 if created is not None else 0)
+
+    async def _resolve(self, conn: Any, decided: scan.Plan) -> int:
+        resolved = 0
+        for item in decided.resolve:
+            async with conn.transaction():
+                row = await incidents.resolve(
+                    conn, incident_id=item.incident["id"], resolution=item.resolution
+                )
+                if row is None:
+                    continue  # another replica resolved it first
+                # A schedule paged through a system incident resolves quietly; the system
+                # incident sends the one resolve once all of its schedules are fine.
+                if row["parent_id"] is None:
+                    await self._page(conn, RESOLVE, row)
+            resolved += 1
+            log.info(
+                "incident.resolved",
+                incident_id=row["id"],
+                schedule_id=row["schedule_id"],
+                kind=row["kind"],
+                resolution=item.resolution,
+            )
+        async with conn.transaction():
+            for row in await incidents.resolve_finished_systems(conn):
+                await self._page(conn, RESOLVE, row)
+                resolved += 1
+                log.info("incident.resolved", incident_id=row["id"], kind=row["kind"])
+        return resolved
+
+    async def _ping(self) -> None:
+        if self.options.ping_url is None:
+            return
+        try:
+            await ping(self.options.ping_url, timeout=self.options.delivery.send_timeout)
+        except SinkError as exc:
+            log.warning("monitor.ping-failed", error=str(exc))
+
+    async def _database_unreachable(self, exc: BaseException) -> None:
+        error = f"{type(exc).__name__}: {exc}".strip()
+        self.metrics.database_up = False
+        log.error("monitor.database-unreachable", error=error)
+        self._drop_pool()
+        now = time.monotonic()
+        every = self.options.db_alert_every
+        if self._db_alert_at is not None and now - self._db_alert_at < every:
+            return
+        self._db_alert_at = now
+        # No database to persist a notification in: send straight to the sinks, rate-limited.
+        message = database_unreachable_message(TRIGGER, monitor_id=self.identity, error=error)
+        await self._send_direct(message)
+
+    async def _database_reachable(self) -> None:
+        if self._db_alert_at is None:
+            return
+        self._db_alert_at = None
+        log.info("monitor.database-reachable")
+        await self._send_direct(
+            database_unreachable_message(RESOLVE, monitor_id=self.identity, error="")
+        )
+
+    async def _send_direct(self, message: dict[str, Any]) -> None:
+        for sink in self.sinks.values():
+            try:
+                await send(
+                    sink,
+                    message,
+                    delivery_id=f"{self.identity}:{message['event']}:{time.time():.0f}",
+                    timeout=self.options.delivery.send_timeout,
+                )
+            except SinkError as exc:
+                self.metrics.notification_failed(sink.name)
+                log.warning(
+                    "notification.direct-failed",
+                    sink=sink.name,
+                    kind=message["kind"],
+                    error=str(exc),
+                )
+                continue
+            self.metrics.notification_sent(sink.name)
+            log.info("notification.direct-delivered", sink=sink.name, kind=message["kind"])
+
+
+async def run_monitor(
+    settings: Settings,
+    *,
+    once: bool = False,
+    interval: float = DEFAULT_INTERVAL,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
+    stop: asyncio.Event | None = None,
+    handle_signals: bool = True,
+) -> None:
+    """Pass every `interval` seconds until `stop` is set (or SIGINT/SIGTERM), or once."""
+    monitor = Monitor(
+        dsn=settings.dsn,
+        sinks=sinks_from_settings(settings),
+        options=options_from_settings(settings, interval=interval),
+    )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    if handle_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+    server = None
+    if metrics_port is not None:
+        server = await serve(
+            monitor.metrics,
+            host=metrics_host,
+            port=metrics_port,
+            healthy=lambda: monitor.metrics.healthy(max_age=3 * interval + DATABASE_PHASE_TIMEOUT),
+        )
+    if not monitor.sinks:
+        log.warning("monitor.no-sinks", note="incidents are recorded but nobody is paged")
+    log.info(
+        "monitor.started",
+        monitor_id=monitor.identity,
+        interval=interval,
+        once=once,
+        sinks=monitor.sink_names,
+    )
+    try:
+        if once:
+            failed = await monitor.step()
+            if failed is not None:
+                raise Unreachable(f"the monitor pass could not use the database: {failed}")
+            return
+        while not stop.is_set():
+            try:
+                await monitor.step()
+            except Exception as exc:
+                # A bug in one pass must not end the watching: log it and try again next pass.
+                log.error("monitor.pass-failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        await monitor.close()
+        log.info("monitor.stopped", monitor_id=monitor.identity)

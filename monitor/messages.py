@@ -1,0 +1,70 @@
+"""The sink-neutral message of a page: persisted with the notification, rendered per sink at
+delivery. Its shape is the generic webhook's body, documented in the README."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+TRIGGER = "trigger"
+RESOLVE = "resolve"
+DB_UNREACHABLE = "monitor-database-unreachable"
+
+
+def dedup_key(schedule_id: str | None, kind: str) -> str:
+    """`cronwarden:{schedule_id}`: PagerDuty groups a schedule's trigger and resolve by it."""
+    if schedule_id is not None:
+        return f"cronwarden:{schedule_id}"
+    return "cronwarden:monitor" if kind == DB_UNREACHABLE else "cronwarden:system"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def incident_message(
+    event: str,
+    incident: Mapping[str, Any],
+    *,
+    schedules: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    kind = incident["kind"]
+    summary = incident["summary"]
+    if event == RESOLVE:
+        summary = f"resolved ({incident.get('resolution')}): {summary}"
+    return {
+        "event": event,
+        "incident_id": incident["id"],
+        "kind": kind,
+        "schedule_id": incident["schedule_id"],
+        "summary": summary,
+        "details": dict(incident["details"] or {}),
+        "schedules": [dict(s) for s in schedules],
+        "opened_at": _iso(incident["opened_at"]),
+        "resolved_at": _iso(incident.get("resolved_at")),
+        "resolution": incident.get("resolution"),
+        "dedup_key": dedup_key(incident["schedule_id"], kind),
+    }
+
+
+def database_unreachable_message(event: str, *, monitor_id: str, error: str) -> dict[str, Any]:
+    """Sent straight to the sinks (there is no database to persist it in)."""
+    summary = (
+        f"cronwarden monitor {monitor_id} cannot reach the database: {error}"
+        if event == TRIGGER
+        else f"resolved: cronwarden monitor {monitor_id} reaches the database again"
+    )
+    return {
+        "event": event,
+        "incident_id": None,
+        "kind": DB_UNREACHABLE,
+        "schedule_id": None,
+        "summary": summary,
+        "details": {"monitor_id": monitor_id, "error": error} if event == TRIGGER else {},
+        "schedules": [],
+        "opened_at": None,
+        "resolved_at": None,
+        "resolution": None,
+        "dedup_key": dedup_key(None, DB_UNREACHABLE),
+    }

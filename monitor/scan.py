@@ -1,0 +1,167 @@
+"""Pure status derivation: given a snapshot and `now`, what to open and what to resolve.
+
+Nothing here touches the database or the clock, so every rule is unit-tested with plain values.
+The store re-checks each decision when it writes it (see `store/incidents.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
+
+RECOVERED = "recovered"
+PAUSED = "paused"
+SCHEDULE_DELETED = "schedule-deleted"
+
+
+@dataclass(frozen=True)
+class SystemRule:
+    """When this many schedules go overdue in one pass, page once for all of them."""
+
+    min_schedules: int = 3
+    ratio: float = 0.5
+    """Share of the watched (unpaused) schedules."""
+
+    def applies(self, newly_overdue: int, watched: int) -> bool:
+        if newly_overdue < self.min_schedules or watched <= 0:
+            return False
+        return newly_overdue / watched >= self.ratio
+
+
+@dataclass(frozen=True)
+class Problem:
+    schedule_id: str
+    kind: str
+    summary: str
+    details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    incident: Mapping[str, Any]
+    resolution: str
+
+
+@dataclass
+class Plan:
+    open: list[Problem] = field(default_factory=list)
+    """Problems of schedules with no open incident, each paged on its own."""
+    system: list[Problem] = field(default_factory=list)
+    """Overdue schedules paged together by one system incident (new or already open)."""
+    resolve: list[Resolution] = field(default_factory=list)
+
+
+def _duration(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def heartbeat_problem(beat: Mapping[str, Any], now: datetime) -> Problem | None:
+    """Overdue when `next_expected_at + grace < now` and not paused by an operator; a schedule
+    that has never succeeded is `never-ran`. Pauses by Temporal (pause_on_failure) are not in
+    `paused`, so such a schedule keeps paging."""
+    expected: datetime | None = beat["next_expected_at"]
+    grace: timedelta = beat["grace"]
+    if beat["paused"] or expected is None or expected + grace >= now:
+        return None
+    sid = beat["schedule_id"]
+    late = now - expected
+    details = {
+        "next_expected_at": _iso(expected),
+        "grace": _duration(grace),
+        "last_success_at": _iso(beat["last_success_at"]),
+        "last_error": beat.get("last_error"),
+        "late_seconds": int(late.total_seconds()),
+    }
+    if beat["last_success_at"] is None:
+        summary = (
+            f"schedule {sid} never ran: its first fire was expected at "
+            f"{expected:%Y-%m-%dT%H:%M:%SZ} (grace {_duration(grace)})"
+        )
+        return Problem(sid, NEVER_RAN, summary, details)
+    summary = (
+        f"schedule {sid} is overdue: a run was expected at {expected:%Y-%m-%dT%H:%M:%SZ} "
+        f"(grace {_duration(grace)}); last success {beat['last_success_at']:%Y-%m-%dT%H:%M:%SZ}"
+    )
+    if beat.get("last_error"):
+        summary += f"; last error: {str(beat['last_error'])[:200]}"
+    return Problem(sid, OVERDUE, summary, details)
+
+
+def lease_problem(lease: Mapping[str, Any], now: datetime) -> Problem:
+    sid = lease["schedule_id"]
+    deadline: datetime = lease["run_deadline"]
+    return Problem(
+        sid,
+        RUNNING_TOO_LONG,
+        f"schedule {sid}: run {lease['logical_key']} started at "
+        f"{lease['acquired_at']:%Y-%m-%dT%H:%M:%SZ} and is still running past its timeout + "
+        f"grace ({deadline:%Y-%m-%dT%H:%M:%SZ})",
+        {
+            "logical_key": lease["logical_key"],
+            "holder": lease["holder"],
+            "started_at": _iso(lease["acquired_at"]),
+            "run_deadline": _iso(deadline),
+            "over_seconds": int((now - deadline).total_seconds()),
+        },
+    )
+
+
+def plan(
+    *,
+    now: datetime,
+    overdue: Sequence[Mapping[str, Any]],
+    incident_heartbeats: Sequence[Mapping[str, Any]],
+    overlong: Sequence[Mapping[str, Any]],
+    open_incidents: Sequence[Mapping[str, Any]],
+    watched: int,
+    rule: SystemRule,
+) -> Plan:
+    """Decide the pass. A run holding its lease too long is the more specific diagnosis of a
+    schedule that is also overdue (its next fires are being skipped), so it wins."""
+    problems: dict[str, Problem] = {}
+    for beat in overdue:
+        found = heartbeat_problem(beat, now)
+        if found is not None:
+            problems[found.schedule_id] = found
+    for lease in overlong:
+        problems[lease["schedule_id"]] = lease_problem(lease, now)
+
+    result = Plan()
+    open_by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}
+    beats = {b["schedule_id"]: b for b in incident_heartbeats}
+    for sid, incident in open_by_schedule.items():
+        if sid in problems:
+            continue
+        found_beat = beats.get(sid)
+        # A deleted schedule resolves (with a resolve page, so PagerDuty closes it too)
+        # instead of paging forever; an operator's pause means someone is on it.
+        if found_beat is None:
+            result.resolve.append(Resolution(incident, SCHEDULE_DELETED))
+        elif found_beat["paused"]:
+            result.resolve.append(Resolution(incident, PAUSED))
+        elif heartbeat_problem(found_beat, now) is None:
+            result.resolve.append(Resolution(incident, RECOVERED))
+
+    new = [p for sid, p in sorted(problems.items()) if sid not in open_by_schedule]
+    late = [p for p in new if p.kind in (OVERDUE, NEVER_RAN)]
+    system_open = any(i["kind"] == SYSTEM for i in open_incidents)
+    # While a system incident is open, schedules that go overdue join it instead of paging one
+    # by one: they are most likely the same outage.
+    if late and (system_open or rule.applies(len(late), watched)):
+        result.system = late
+        result.open = [p for p in new if p.kind == RUNNING_TOO_LONG]
+    else:
+        result.open = new
+    return result

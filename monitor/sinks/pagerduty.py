@@ -1,0 +1,64 @@
+"""PagerDuty Events API v2: `trigger` and `resolve` events, grouped by
+`dedup_key = cronwarden:{schedule_id}` so a resolve closes the page its trigger opened, and a
+trigger sent twice (at-least-once delivery) is one PagerDuty incident."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import SecretStr
+
+from monitor.messages import RESOLVE
+from monitor.sinks import json_body
+
+DEFAULT_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
+SUMMARY_LIMIT = 1024  # the Events API refuses longer summaries
+SEVERITY = {"system": "critical", "monitor-database-unreachable": "critical"}
+
+
+def pagerduty_event(message: Mapping[str, Any], *, routing_key: str) -> dict[str, Any]:
+    action = "resolve" if message["event"] == RESOLVE else "trigger"
+    event: dict[str, Any] = {
+        "routing_key": routing_key,
+        "event_action": action,
+        "dedup_key": message["dedup_key"],
+    }
+    if action == "resolve":
+        return event
+    summary = str(message["summary"])
+    if len(summary) > SUMMARY_LIMIT:
+        summary = summary[: SUMMARY_LIMIT - 1] + "…"
+    details = dict(message.get("details") or {})
+    if message.get("schedules"):
+        details["schedules"] = [s["schedule_id"] for s in message["schedules"]]
+    payload: dict[str, Any] = {
+        "summary": summary,
+        "source": "cronwarden",
+        "severity": SEVERITY.get(str(message["kind"]), "error"),
+        "component": message.get("schedule_id") or "cronwarden",
+        "group": "cronwarden",
+        "class": message["kind"],
+        "custom_details": details,
+    }
+    if message.get("opened_at"):
+        payload["timestamp"] = message["opened_at"]
+    event["payload"] = payload
+    return event
+
+
+@dataclass(frozen=True)
+class PagerDutySink:
+    routing_key: SecretStr
+    events_url: str = DEFAULT_EVENTS_URL
+    name: str = "pagerduty"
+
+    def url(self) -> str:
+        return self.events_url
+
+    def render(self, message: Mapping[str, Any]) -> bytes:
+        return json_body(pagerduty_event(message, routing_key=self.routing_key.get_secret_value()))
+
+    def headers(self, body: bytes, *, delivery_id: str) -> dict[str, str]:
+        return {}

@@ -1,0 +1,105 @@
+"""Notifications (`cronwarden.notifications`): an outbox of pages, one row per incident event
+and sink. Rows are written in the transaction that opens or resolves the incident, so a page is
+never lost between deciding and sending; delivery claims a row for a while, sends with no
+transaction open, and marks it delivered (never sent again) or schedules a retry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_ENQUEUE = """
+INSERT INTO cronwarden.notifications (incident_id, event, sink, message)
+SELECT $1, $2, sink, $4::jsonb FROM unnest($3::text[]) AS sink
+ON CONFLICT (incident_id, event, sink) DO NOTHING
+"""
+
+# Claim one due row. SKIP LOCKED keeps two replicas from waiting on each other; `claimed_until`
+# keeps a row a replica is sending from being sent by another meanwhile, and lets a row whose
+# sender died mid-send (claim lapsed, never delivered) be sent again. A resolve waits for its
+# trigger on the same sink: a resolve that overtook its trigger would leave the page open.
+_CLAIM = """
+UPDATE cronwarden.notifications n
+   SET claimed_by = $1,
+       claimed_until = now() + make_interval(secs => $2),
+       attempts = n.attempts + 1
+ WHERE n.id = (
+        SELECT c.id FROM cronwarden.notifications c
+         WHERE c.delivered_at IS NULL AND c.next_attempt_at <= now()
+           AND (c.claimed_until IS NULL OR c.claimed_until < now())
+           AND NOT (c.event = 'resolve' AND EXISTS (
+                SELECT 1 FROM cronwarden.notifications t
+                 WHERE t.incident_id = c.incident_id AND t.sink = c.sink
+                   AND t.event = 'trigger' AND t.delivered_at IS NULL))
+         ORDER BY c.next_attempt_at, c.id
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED)
+RETURNING n.id, n.incident_id, n.event, n.sink, n.message, n.attempts
+"""
+
+_DELIVERED = """
+UPDATE cronwarden.notifications
+   SET delivered_at = now(), claimed_until = NULL, last_error = NULL
+ WHERE id = $1 AND claimed_by = $2 AND delivered_at IS NULL
+"""
+
+_FAILED = """
+UPDATE cronwarden.notifications
+   SET claimed_until = NULL, last_error = $3,
+       next_attempt_at = now() + make_interval(secs => $4)
+ WHERE id = $1 AND claimed_by = $2 AND delivered_at IS NULL
+"""
+
+_COUNTS = """
+SELECT count(*) FILTER (WHERE delivered_at IS NULL) AS pending,
+       count(*) FILTER (WHERE delivered_at IS NOT NULL) AS delivered
+  FROM cronwarden.notifications
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: int
+    incident_id: int
+    event: str
+    sink: str
+    message: dict[str, Any]
+    attempts: int
+    """Including this one."""
+
+
+async def enqueue(
+    conn: Any, *, incident_id: int, event: str, sinks: list[str], message: dict[str, Any]
+) -> None:
+    if sinks:
+        await conn.execute(_ENQUEUE, incident_id, event, sinks, message)
+
+
+async def claim_next(conn: Any, *, claimer: str, claim_seconds: float) -> Claimed | None:
+    row = await conn.fetchrow(_CLAIM, claimer, claim_seconds)
+    if row is None:
+        return None
+    return Claimed(
+        id=row["id"],
+        incident_id=row["incident_id"],
+        event=row["event"],
+        sink=row["sink"],
+        message=row["message"],
+        attempts=row["attempts"],
+    )
+
+
+async def mark_delivered(conn: Any, *, notification_id: int, claimer: str) -> bool:
+    status: str = await conn.execute(_DELIVERED, notification_id, claimer)
+    return status.endswith(" 1")
+
+
+async def mark_failed(
+    conn: Any, *, notification_id: int, claimer: str, error: str, retry_in_seconds: float
+) -> None:
+    await conn.execute(_FAILED, notification_id, claimer, error[:2000], retry_in_seconds)
+
+
+async def counts(conn: Any) -> dict[str, int]:
+    row = await conn.fetchrow(_COUNTS)
+    return {"pending": int(row["pending"]), "delivered": int(row["delivered"])}

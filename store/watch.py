@@ -1,0 +1,78 @@
+"""What the absence monitor reads, in one consistent snapshot: overdue heartbeats (by the
+indexed `alert_after` deadline), leases held past their run deadline, and the open incidents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+# The hot query. `alert_after = next_expected_at + grace` is kept by a trigger and indexed with
+# the same `WHERE NOT paused` predicate, so this is a range scan over the overdue rows only.
+OVERDUE = """
+SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused
+  FROM cronwarden.heartbeats
+ WHERE NOT paused AND alert_after < now()
+ ORDER BY alert_after
+"""
+
+_BY_IDS = """
+SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused
+  FROM cronwarden.heartbeats
+ WHERE schedule_id = ANY($1::text[])
+"""
+
+# A live lease (held and still renewed) whose run should have finished by now. The table holds
+# one row per lock name, so scanning it is cheap.
+_OVERLONG = """
+SELECT schedule_id, logical_key, holder, acquired_at, run_deadline
+  FROM cronwarden.locks
+ WHERE holder IS NOT NULL AND expires_at > now() AND run_deadline < now()
+   AND schedule_id IS NOT NULL
+"""
+
+_OPEN_INCIDENTS = """
+SELECT id, schedule_id, kind, parent_id, opened_at, summary, details
+  FROM cronwarden.incidents
+ WHERE resolved_at IS NULL
+"""
+
+_WATCHED = """
+SELECT schedule_id, last_success_at,
+       extract(epoch FROM now() - last_success_at)::float8 AS seconds_since_success
+  FROM cronwarden.heartbeats
+ WHERE NOT paused
+"""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: datetime
+    """Database time of the snapshot: every deadline is judged against it."""
+    overdue: list[dict[str, Any]]
+    incident_heartbeats: list[dict[str, Any]]
+    """Heartbeat rows of the schedules with an open incident (absent: the row was deleted)."""
+    overlong: list[dict[str, Any]]
+    open_incidents: list[dict[str, Any]]
+    watched: list[dict[str, Any]]
+    """Every unpaused heartbeat with its age: the denominator of the system rule, and metrics."""
+
+
+async def snapshot(conn: Any) -> Snapshot:
+    # REPEATABLE READ: every read sees the same moment, and now() is that moment.
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        now: datetime = await conn.fetchval("SELECT now()")
+        overdue = [dict(r) for r in await conn.fetch(OVERDUE)]
+        incidents = [dict(r) for r in await conn.fetch(_OPEN_INCIDENTS)]
+        ids = sorted({i["schedule_id"] for i in incidents if i["schedule_id"] is not None})
+        by_ids = [dict(r) for r in await conn.fetch(_BY_IDS, ids)] if ids else []
+        overlong = [dict(r) for r in await conn.fetch(_OVERLONG)]
+        watched = [dict(r) for r in await conn.fetch(_WATCHED)]
+    return Snapshot(
+        now=now,
+        overdue=overdue,
+        incident_heartbeats=by_ids,
+        overlong=overlong,
+        open_incidents=incidents,
+        watched=watched,
+    )

@@ -1,0 +1,629 @@
+"""The absence monitor against a real Postgres, paging a real local HTTP receiver.
+
+Heartbeat rows are written with SQL, in database time, to stage each situation; the monitor is
+stepped one pass at a time (in process, or `cronwarden monitor` as a subprocess)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import signal
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from cronwarden.config import Settings
+from cronwarden.embedded import free_port
+from monitor.loop import Monitor, options_from_settings, run_monitor, sinks_from_settings
+from schedules.apply import apply_definitions
+from store import incidents, locks, watch
+from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
+from tests.integration.test_cli import cli
+from tests.integration.test_guard import start_run
+from tests.integration.test_scheduled_runs import definition
+from tests.receiver import Receiver
+
+pytestmark = pytest.mark.integration
+
+SECRET = "whsec-test-7f3a"
+ROUTING_KEY = "pd-routing-key-91c2"
+SLACK_PATH = "/slack/T000/B000/slack-token-5d1e"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as r:
+        yield r
+
+
+def settings_for(database: str, receiver: Receiver, **overrides: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "database_url": database,
+        "alert_webhook_url": receiver.url("/hook"),
+        "alert_webhook_secret": SECRET,
+        "monitor_retry_base_seconds": 0.05,
+        "monitor_retry_max_seconds": 0.2,
+        "monitor_send_timeout_seconds": 5,
+    }
+    values.update(overrides)
+    return values
+
+
+def env_for(values: dict[str, Any]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONWARDEN_")}
+    env.update({f"CRONWARDEN_{k.upper()}": str(v) for k, v in values.items()})
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    return env
+
+
+@asynccontextmanager
+async def monitoring(database: str, receiver: Receiver, **overrides: Any) -> AsyncIterator[Monitor]:
+    settings = Settings.model_validate(settings_for(database, receiver, **overrides))
+    monitor = Monitor(
+        dsn=settings.dsn,
+        sinks=sinks_from_settings(settings),
+        options=options_from_settings(settings, interval=0.2),
+    )
+    try:
+        yield monitor
+    finally:
+        await monitor.close()
+
+
+async def passes(monitor: Monitor, n: int = 1) -> None:
+    for _ in range(n):
+        await monitor.run_pass()
+
+
+async def stage(
+    pool: asyncpg.Pool,
+    schedule_id: str,
+    *,
+    late: str = "1 hour",
+    grace: str = "1 minute",
+    succeeded: bool = True,
+    paused: bool = False,
+) -> None:
+    """A heartbeat row whose expected fire was `late` ago (database time)."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            """
+            INSERT INTO cronwarden.heartbeats
+                   (schedule_id, next_expected_at, grace, last_success_at, paused)
+            VALUES ($1, now() - $2::text::interval, $3::text::interval,
+                    CASE WHEN $4 THEN now() - interval '2 hours' END, $5)
+            """,
+            schedule_id,
+            late,
+            grace,
+            succeeded,
+            paused,
+        )
+
+
+async def stage_many(pool: asyncpg.Pool, prefix: str, n: int) -> list[str]:
+    ids = [f"{prefix}-{i}" for i in range(n)]
+    for sid in ids:
+        await stage(pool, sid)
+    return ids
+
+
+async def stage_and_watch(
+    database: str,
+    pool: asyncpg.Pool,
+    receiver: Receiver,
+    schedule_id: str,
+    *,
+    n: int = 2,
+    **row: Any,
+) -> None:
+    """Stage one heartbeat row, then let a monitor make `n` passes over it."""
+    await stage(pool, schedule_id, **row)
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, n)
+
+
+# What happens to a schedule after its incident opened, and how the incident must resolve.
+CHANGES = {
+    "recovered": "UPDATE cronwarden.heartbeats SET last_success_at = now(),"
+    " next_expected_at = now() + interval '1 hour' WHERE schedule_id = $1",
+    "paused": "UPDATE cronwarden.heartbeats SET paused = true WHERE schedule_id = $1",
+    "schedule-deleted": "DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1",
+}
+
+
+async def heartbeat_lands(pool: asyncpg.Pool, schedule_id: str) -> None:
+    """What a run's commit does to the row: success now, next fire in the future."""
+    async with pool.acquire() as conn:
+        await conn.execute(CHANGES["recovered"], schedule_id)
+
+
+def events(receiver: Receiver, path: str = "/hook", **match: Any) -> list[dict[str, Any]]:
+    bodies = [r.body for r in receiver.at(path, accepted_only=True)]
+    return [b for b in bodies if all(b.get(k) == v for k, v in match.items())]
+
+
+async def incidents_of(pool: asyncpg.Pool, schedule_id: str | None) -> list[asyncpg.Record]:
+    return await fetch(
+        pool,
+        "SELECT * FROM cronwarden.incidents WHERE schedule_id IS NOT DISTINCT FROM $1 ORDER BY id",
+        schedule_id,
+    )
+
+
+async def test_an_overdue_schedule_pages_exactly_once_over_many_passes(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage_and_watch(database, pool, receiver, schedule_id, n=4)
+    [page] = receiver.at("/hook")
+    body = page.body
+    assert body["event"] == "trigger"
+    assert body["kind"] == "overdue"
+    assert body["schedule_id"] == schedule_id
+    assert body["dedup_key"] == f"cronwarden:{schedule_id}"
+    expected = hmac.new(SECRET.encode(), page.raw, hashlib.sha256).hexdigest()
+    assert page.headers["X-Cronwarden-Signature"] == f"sha256={expected}"
+    [incident] = await incidents_of(pool, schedule_id)
+    assert incident["resolved_at"] is None
+    assert body["incident_id"] == incident["id"]
+
+
+@pytest.mark.parametrize("resolution", list(CHANGES))
+async def test_an_incident_resolves_with_one_resolve_page_on_heartbeat_pause_or_delete(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str, resolution: str
+) -> None:
+    await stage(pool, schedule_id)
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 2)
+        async with pool.acquire() as conn:
+            await conn.execute(CHANGES[resolution], schedule_id)
+        await passes(monitor, 3)
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+    [incident] = await incidents_of(pool, schedule_id)
+    assert incident["resolution"] == resolution and incident["resolved_at"] is not None
+
+
+async def test_a_schedule_that_never_ran_pages_as_never_ran(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage_and_watch(database, pool, receiver, schedule_id, succeeded=False)
+    [body] = events(receiver)
+    assert body["kind"] == "never-ran" and body["schedule_id"] == schedule_id
+    assert body["details"]["last_success_at"] is None
+
+
+async def test_an_operator_paused_schedule_does_not_page(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage_and_watch(database, pool, receiver, schedule_id, paused=True)
+    assert receiver.requests == []
+    assert await incidents_of(pool, schedule_id) == []
+
+
+async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_long(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # The heartbeat is fine (its next fire is ahead): only the lease says something is wrong.
+    await stage(pool, schedule_id, late="-1 hour")
+    async with pool.acquire() as conn:
+        await conn.execute(
+            """
+            INSERT INTO cronwarden.locks
+                   (name, holder, token, expires_at, acquired_at, logical_key, schedule_id,
+                    run_deadline)
+            VALUES ($1, 'wf/run/1', nextval('cronwarden.lock_tokens'), now() + interval '1 min',
+                    now() - interval '20 min', $2, $3, now() - interval '5 min')
+            """,
+            f"schedule:{schedule_id}",
+            f"{schedule_id}@2026-03-01T11:00:00Z",
+            schedule_id,
+        )
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 2)
+        [body] = events(receiver)
+        assert body["kind"] == "running-too-long"
+        assert body["details"]["logical_key"] == f"{schedule_id}@2026-03-01T11:00:00Z"
+        async with pool.acquire() as conn:  # the run finishes and releases its lease
+            await conn.execute(
+                "UPDATE cronwarden.locks SET holder = NULL, expires_at = now() WHERE name = $1",
+                f"schedule:{schedule_id}",
+            )
+        await passes(monitor, 2)
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
+async def test_the_guard_records_the_runs_deadline_on_its_lease(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    handle = await start_run(
+        client, task_queue, schedule_id, args={"sleep": 30}, timeout=40.0, lock_ttl=10.0
+    )
+
+    async def lease() -> list[asyncpg.Record]:
+        return await fetch(
+            pool,
+            "SELECT * FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL",
+            f"schedule:{schedule_id}",
+        )
+
+    try:
+        [row] = await wait_for(lease, timeout=30, what="the run to take its lease")
+    finally:
+        await handle.cancel()
+    assert row["schedule_id"] == schedule_id
+    # timeout (40 s) + the schedule's heartbeat grace (60 s in start_run)
+    assert row["run_deadline"] - row["acquired_at"] == timedelta(seconds=100)
+
+
+async def test_acquire_without_a_deadline_leaves_the_lease_unwatched(pool: asyncpg.Pool) -> None:
+    async with pool.acquire() as conn:
+        got = await locks.acquire(
+            conn, name="free", holder="h", ttl_seconds=10, logical_key="x@2026-01-01T00:00:00Z"
+        )
+        assert got.token is not None
+        row = await conn.fetchrow("SELECT * FROM cronwarden.locks WHERE name = 'free'")
+    assert row["run_deadline"] is None and row["schedule_id"] is None
+
+
+async def test_five_schedules_overdue_together_send_one_system_page_and_one_resolve(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    late = await stage_many(pool, schedule_id, 5)
+    await stage(pool, f"{schedule_id}-fine", late="-1 hour")
+    async with monitoring(
+        database, receiver, pagerduty_routing_key=ROUTING_KEY, pagerduty_url=receiver.url("/pd")
+    ) as monitor:
+        await passes(monitor, 3)
+        [page] = events(receiver)
+        assert page["kind"] == "system" and page["schedule_id"] is None
+        assert sorted(s["schedule_id"] for s in page["schedules"]) == late
+        [pd] = events(receiver, "/pd")
+        assert pd["dedup_key"] == "cronwarden:system"
+        async with pool.acquire() as conn:  # what `status` lists: the system incident first
+            listed = await incidents.open_incidents(conn)
+        assert [i["schedule_id"] for i in listed] == [None, *late]
+        assert {i["parent_id"] for i in listed[1:]} == {listed[0]["id"]}
+        assert pd["payload"]["severity"] == "critical"
+        for sid in late:
+            await heartbeat_lands(pool, sid)
+        await passes(monitor, 3)
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+    assert [b["event_action"] for b in events(receiver, "/pd")] == ["trigger", "resolve"]
+    [system] = await incidents_of(pool, None)
+    assert system["resolution"] == "members-resolved"
+
+
+async def test_slack_and_pagerduty_receive_their_documented_formats(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    async with monitoring(
+        database,
+        receiver,
+        slack_webhook_url=receiver.url(SLACK_PATH),
+        pagerduty_routing_key=ROUTING_KEY,
+        pagerduty_url=receiver.url("/pd"),
+    ) as monitor:
+        await passes(monitor)
+        await heartbeat_lands(pool, schedule_id)
+        await passes(monitor, 2)
+    trigger, resolve = events(receiver, "/pd")
+    assert trigger["routing_key"] == ROUTING_KEY
+    assert trigger["event_action"] == "trigger"
+    assert trigger["dedup_key"] == f"cronwarden:{schedule_id}"
+    assert trigger["payload"]["source"] == "cronwarden"
+    assert trigger["payload"]["severity"] in {"critical", "error", "warning", "info"}
+    assert schedule_id in trigger["payload"]["summary"]
+    assert resolve == {
+        "routing_key": ROUTING_KEY,
+        "event_action": "resolve",
+        "dedup_key": f"cronwarden:{schedule_id}",
+    }
+    slack = events(receiver, SLACK_PATH)
+    assert len(slack) == 2
+    for body in slack:
+        assert set(body) == {"text", "blocks"}
+        assert body["blocks"][0]["text"]["type"] == "mrkdwn"
+    assert "overdue" in slack[0]["text"] and "resolved" in slack[1]["text"]
+
+
+async def test_a_sink_answering_500_then_200_gets_the_page_once(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    receiver.script.extend([500, 500])
+    async with monitoring(database, receiver) as monitor:
+
+        async def delivered() -> bool:
+            await passes(monitor)
+            return bool(events(receiver))
+
+        await wait_for(delivered, timeout=20, what="the page after two 500s", interval=0.1)
+        await passes(monitor, 3)
+    assert [r.status for r in receiver.at("/hook")] == [500, 500, 200]
+    [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
+    assert row["attempts"] == 3 and row["delivered_at"] is not None
+    assert monitor.metrics.failed["webhook"] == 2 and monitor.metrics.sent["webhook"] == 1
+
+
+async def test_a_resolve_waits_until_its_trigger_reached_the_sink(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    receiver.script.extend([500])
+    async with monitoring(database, receiver, monitor_retry_base_seconds=3) as monitor:
+        await passes(monitor)  # the trigger fails and backs off for three seconds
+        await heartbeat_lands(pool, schedule_id)
+        await passes(monitor)  # the resolve is due, but its trigger is not delivered yet
+        assert [r.status for r in receiver.at("/hook")] == [500]
+
+        async def both() -> bool:
+            await passes(monitor)
+            return len(events(receiver)) == 2
+
+        await wait_for(both, timeout=20, what="trigger and resolve", interval=0.2)
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
+async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    ids = await stage_many(pool, schedule_id, 8)
+    # Keep them individual pages: the race under test is per schedule.
+    extra = {"monitor_system_min_schedules": 100}
+    async with (
+        monitoring(database, receiver, **extra) as a,
+        monitoring(database, receiver, **extra) as b,
+        monitoring(database, receiver, **extra) as c,
+    ):
+        for _ in range(3):
+            await asyncio.gather(a.run_pass(), b.run_pass(), c.run_pass())
+    paged = sorted(b["schedule_id"] for b in events(receiver))
+    assert paged == sorted(ids)
+
+
+async def test_two_monitor_processes_over_one_database_page_once(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    ids = await stage_many(pool, schedule_id, 2)
+    env = env_for(settings_for(database, receiver))
+    results = await asyncio.gather(*(cli(env, "monitor", "--once") for _ in range(2)))
+    assert [r.code for r in results] == [0, 0], results
+    assert sorted(b["schedule_id"] for b in events(receiver)) == sorted(ids)
+    assert len(receiver.at("/hook")) == 2
+    opened = sum(r.stderr.count('"incident.opened"') for r in results)
+    assert opened == 2, results
+
+
+async def start_monitor(env: dict[str, str]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *cronwarden_argv("--log-json", "monitor", "--interval", "0.2"),
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
+async def test_a_monitor_killed_mid_send_delivers_the_page_once_after_restart(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    env = env_for(settings_for(database, receiver, monitor_send_timeout_seconds=2))
+    receiver.hold.set()
+    first = await start_monitor(env)
+
+    async def sending() -> bool:
+        return bool(receiver.at("/hook"))
+
+    try:
+        await wait_for(
+            sending, timeout=30, what="the first monitor to start sending", interval=0.05
+        )
+    finally:
+        first.send_signal(signal.SIGKILL)
+        await first.wait()
+    [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
+    # Persisted and claimed, but the sender died before it could record anything.
+    assert row["delivered_at"] is None and row["attempts"] == 1 and row["last_error"] is None
+    receiver.hold.clear()
+    receiver.release.set()
+
+    second = await start_monitor(env)
+    try:
+
+        async def delivered() -> list[asyncpg.Record]:
+            return await fetch(
+                pool, "SELECT * FROM cronwarden.notifications WHERE delivered_at IS NOT NULL"
+            )
+
+        [done] = await wait_for(delivered, timeout=40, what="delivery after the restart")
+        await wait_for(sending, timeout=5, what="the receiver to record the answer")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(second.wait(), timeout=30) == 0
+    assert done["attempts"] == 2
+    assert len(events(receiver)) == 1
+    [incident] = await incidents_of(pool, schedule_id)
+    assert incident["resolved_at"] is None
+
+
+async def test_a_monitor_that_cannot_reach_the_database_alerts_the_sinks_directly(
+    database: str, receiver: Receiver
+) -> None:
+    dead = f"postgresql://postgres:db-password-4b7e@127.0.0.1:{free_port()}/nowhere"
+    values = settings_for(
+        dead,
+        receiver,
+        slack_webhook_url=receiver.url(SLACK_PATH),
+        pagerduty_routing_key=ROUTING_KEY,
+        pagerduty_url=receiver.url("/pd"),
+    )
+    result = await cli(env_for(values), "monitor", "--once")
+    out = result.stdout + result.stderr
+    assert result.code == 1, out
+    assert "error: " in out and "Traceback" not in out
+    for secret in (SECRET, ROUTING_KEY, "slack-token-5d1e", "db-password-4b7e"):
+        assert secret not in out
+    [page] = events(receiver)
+    assert page["kind"] == "monitor-database-unreachable"
+    assert events(receiver, "/pd")[0]["dedup_key"] == "cronwarden:monitor"
+    assert len(events(receiver, SLACK_PATH)) == 1
+
+    # In a long-running monitor the alert is rate-limited, not repeated every pass; once the
+    # database answers again, the alert is resolved.
+    async with monitoring(dead, receiver, monitor_db_alert_every_seconds=3600) as monitor:
+        for _ in range(3):
+            assert await monitor.step() is not None
+        assert len(events(receiver)) == 2
+        monitor.dsn = database
+        for _ in range(2):
+            assert await monitor.step() is None
+    assert [(b["kind"], b["event"]) for b in events(receiver)][1:] == [
+        ("monitor-database-unreachable", "trigger"),
+        ("monitor-database-unreachable", "resolve"),
+    ]
+
+
+async def test_a_connection_the_database_dropped_does_not_page_the_database_alert(
+    database: str, pool: asyncpg.Pool, receiver: Receiver
+) -> None:
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor)
+        async with pool.acquire() as conn:  # what a database restart does to pooled connections
+            killed = await conn.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        assert killed >= 1
+        assert await monitor.step() is None
+    assert receiver.requests == []
+
+
+async def test_the_monitor_records_its_liveness_and_pings_the_dead_mans_switch(
+    database: str, pool: asyncpg.Pool, receiver: Receiver
+) -> None:
+    async with monitoring(database, receiver, monitor_ping_url=receiver.url("/ping")) as monitor:
+        await passes(monitor, 3)
+    [state] = await fetch(pool, "SELECT * FROM cronwarden.monitor_state")
+    assert state["passes"] == 3 and state["monitor_id"] == monitor.identity
+    assert len(receiver.at("/ping")) == 3
+
+
+async def test_metrics_and_healthz_are_served_over_http(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    await stage(pool, f"{schedule_id}-ok", late="-1 hour")
+    port = free_port()
+    settings = Settings.model_validate(settings_for(database, receiver))
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_monitor(settings, interval=0.2, metrics_port=port, stop=stop, handle_signals=False)
+    )
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+                return resp.status, resp.read().decode()
+        except OSError as exc:
+            return getattr(exc, "code", 0), ""
+
+    async def scraped() -> str:
+        status, text = await asyncio.to_thread(get, "/metrics")
+        if status == 200 and 'cronwarden_notifications_sent_total{sink="webhook"} 1' in text:
+            return text
+        return ""
+
+    try:
+        text = await wait_for(scraped, timeout=30, what="metrics after the page went out")
+        assert await asyncio.to_thread(get, "/healthz") == (200, "ok\n")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+    assert "cronwarden_schedules_overdue 1\n" in text
+    assert "cronwarden_open_incidents 1\n" in text
+    assert "cronwarden_monitor_database_up 1\n" in text
+    assert f'cronwarden_schedule_seconds_since_last_success{{schedule_id="{schedule_id}"}}' in text
+
+
+async def test_the_overdue_scan_is_an_index_range_scan(database: str, pool: asyncpg.Pool) -> None:
+    # Enough rows that the planner prefers the index on its own, with fresh statistics: most
+    # schedules are fine, a few are overdue, some are paused.
+    async with pool.acquire() as conn:
+        await conn.execute(
+            """
+            INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, grace, paused)
+            SELECT 'bulk-' || i,
+                   now() + make_interval(secs => CASE WHEN i % 1000 = 0 THEN -7200 ELSE i END),
+                   interval '1 minute', i % 10 = 5
+              FROM generate_series(1, 20000) AS i
+            """
+        )
+        await conn.execute("ANALYZE cronwarden.heartbeats")
+        plan = json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) {watch.OVERDUE}"))
+        overdue = await conn.fetch(watch.OVERDUE)
+
+    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield node
+        for child in node.get("Plans", []):
+            yield from nodes(child)
+
+    found = list(nodes(plan[0]["Plan"]))
+    assert any(n.get("Index Name") == "heartbeats_alert_after" for n in found), found
+    assert not any(n["Node Type"] == "Seq Scan" for n in found), found
+    assert len(overdue) == 20
+
+
+async def test_a_real_run_landing_its_heartbeat_resolves_the_incident(
+    database: str,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    receiver: Receiver,
+    schedule_id: str,
+) -> None:
+    defn = definition(schedule_id, every="3s", heartbeat_grace="10s")
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        await handle.pause(note="staging an outage")
+        async with monitoring(database, receiver) as monitor:
+
+            async def paged() -> bool:
+                # The fires it missed while "down". Staged again until it pages: a run already
+                # in flight when the schedule paused may still commit a fresh heartbeat.
+                async with pool.acquire() as conn:
+                    await conn.execute(
+                        "UPDATE cronwarden.heartbeats"
+                        " SET next_expected_at = now() - interval '1 min' WHERE schedule_id = $1",
+                        schedule_id,
+                    )
+                await passes(monitor)
+                return bool(events(receiver))
+
+            await wait_for(paged, timeout=30, what="the staged outage to page")
+            assert [b["event"] for b in events(receiver)] == ["trigger"]
+            await handle.unpause(note="recovered")
+
+            async def resolved() -> bool:
+                await passes(monitor)
+                return len(events(receiver)) == 2
+
+            await wait_for(resolved, timeout=30, what="a real run's heartbeat to resolve")
+    finally:
+        await handle.delete()
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+    [incident] = await incidents_of(pool, schedule_id)
+    assert incident["resolution"] == "recovered"
