@@ -423,14 +423,15 @@ def status_command(
 
     async def go() -> None:
         from schedules.inventory import all_views, describe_or_none, view
-        from schedules.status import build_rows
-        from store import heartbeats
+        from schedules.status import build_rows, incident_json
+        from store import heartbeats, incidents
 
         zone = _zone(tz)
         async with _temporal_and_db() as (client, pool):
             views = await all_views(client)
             async with pool.acquire() as conn:
                 beats = await heartbeats.all_rows(conn)
+                open_incidents = await incidents.open_incidents(conn)
             listed = {v.schedule_id for v in views}
             # Temporal's list lags behind a create: look up a heartbeat's schedule directly
             # before calling it gone.
@@ -439,17 +440,31 @@ def status_command(
                 if desc is not None:
                     views.append(await view(client, desc))
         now = datetime.now(UTC)
-        rows = build_rows(views, beats, now=now)
+        by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}
+        system = [i for i in open_incidents if i["schedule_id"] is None]
+        rows = build_rows(views, beats, now=now, incidents=by_schedule)
         if as_json:
-            emit_json({"generated_at": _iso(now), "schedules": [r.as_json() for r in rows]})
+            emit_json(
+                {
+                    "generated_at": _iso(now),
+                    "system_incident": incident_json(system[0]) if system else None,
+                    "schedules": [r.as_json() for r in rows],
+                }
+            )
             return
-        _print_status(rows, zone=zone, now=now)
+        _print_status(rows, zone=zone, now=now, system_incident=system[0] if system else None)
 
     run_command(go)
 
 
-def _print_status(rows: list[StatusRow], *, zone: tzinfo, now: datetime) -> None:
-    from schedules.status import display_time, pause_text, success_text
+def _print_status(
+    rows: list[StatusRow],
+    *,
+    zone: tzinfo,
+    now: datetime,
+    system_incident: dict[str, Any] | None = None,
+) -> None:
+    from schedules.status import display_time, incident_text, pause_text, success_text
 
     if not rows:
         out.print("no schedules")
@@ -463,6 +478,7 @@ def _print_status(rows: list[StatusRow], *, zone: tzinfo, now: datetime) -> None
         "last success",
         f"next expected ({zone_name})",
         "health",
+        "incident",
         "last error",
         "skipped / missed",
     )
@@ -476,10 +492,16 @@ def _print_status(rows: list[StatusRow], *, zone: tzinfo, now: datetime) -> None
             escape(success_text(r)),
             display_time(r.next_expected_at, zone),
             f"[{style}]{r.health}[/]" if style else r.health,
+            escape(incident_text(r)),
             escape(_clip(r.last_error or "-", 50)),
             f"{r.skipped_overlap} / {r.missed_catchup}",
         )
     out.print(f"cronwarden status at {display_time(now, zone)}")
+    if system_incident is not None:
+        out.print(
+            f"[bold red]open system incident #{system_incident['id']}[/]: "
+            f"{escape(system_incident['summary'])}"
+        )
     _print_table(table)
 
 

@@ -40,6 +40,8 @@ class StatusRow:
     skipped_overlap: int
     missed_catchup: int
     now: datetime
+    incident: dict[str, Any] | None = None
+    """The schedule's open incident (`cronwarden monitor`), if any."""
 
     @property
     def last_success_age(self) -> timedelta | None:
@@ -68,15 +70,34 @@ class StatusRow:
             "last_error": self.last_error,
             "skipped_overlap": self.skipped_overlap,
             "missed_catchup": self.missed_catchup,
+            "incident": incident_json(self.incident),
         }
 
 
+def incident_json(incident: dict[str, Any] | None) -> dict[str, Any] | None:
+    if incident is None:
+        return None
+    return {
+        "id": incident["id"],
+        "kind": incident["kind"],
+        "summary": incident["summary"],
+        "opened_at": _iso(incident["opened_at"]),
+        "system_incident_id": incident["parent_id"],
+    }
+
+
 def build_rows(
-    views: list[ScheduleView], beats: dict[str, dict[str, Any]], *, now: datetime
+    views: list[ScheduleView],
+    beats: dict[str, dict[str, Any]],
+    *,
+    now: datetime,
+    incidents: dict[str, dict[str, Any]] | None = None,
 ) -> list[StatusRow]:
     rows = [_row(v, beats.get(v.schedule_id), now=now) for v in views]
     listed = {v.schedule_id for v in views}
     rows += [_orphan_beat(beat, now=now) for sid, beat in beats.items() if sid not in listed]
+    for row in rows:
+        row.incident = (incidents or {}).get(row.schedule_id)
     return sorted(rows, key=lambda r: r.schedule_id)
 
 
@@ -168,6 +189,12 @@ def pause_text(row: StatusRow) -> str:
     elif row.orphaned:
         kind += ", job not registered"
     return f"{kind}: {note}" if note else kind
+
+
+def incident_text(row: StatusRow) -> str:
+    if row.incident is None:
+        return "-"
+    return f"#{row.incident['id']} {row.incident['kind']}"
 
 
 def success_text(row: StatusRow) -> str:

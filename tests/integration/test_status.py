@@ -14,7 +14,7 @@ import pytest_asyncio
 from temporalio.client import Client
 
 from schedules.apply import apply_definitions
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_cli import cli
 from tests.integration.test_schedule_commands import definition, foreign_schedule, new_id
 
@@ -37,6 +37,7 @@ ROW_KEYS = {
     "last_error",
     "skipped_overlap",
     "missed_catchup",
+    "incident",
 }
 
 
@@ -61,7 +62,7 @@ async def status_rows(env: dict[str, str], *args: str) -> dict[str, dict[str, An
     result = await cli(env, "status", "--json", *args)
     assert result.code == 0, result
     data = json.loads(result.stdout)
-    assert set(data) == {"generated_at", "schedules"}
+    assert set(data) == {"generated_at", "system_incident", "schedules"}
     return {row["schedule_id"]: row for row in data["schedules"]}
 
 
@@ -138,6 +139,37 @@ async def test_status_json_parses_and_has_the_documented_keys(
     for row in (rows[late], rows[overdue]):
         assert row["skipped_overlap"] == 0 and row["missed_catchup"] == 0
         assert row["next_expected_at"].endswith("Z")
+
+
+async def test_status_shows_the_open_incident_the_monitor_opened(
+    pool: asyncpg.Pool, cli_env: dict[str, str], two: list[str]
+) -> None:
+    quiet, overdue = two
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 hour' "
+            "WHERE schedule_id = $1",
+            overdue,
+        )
+    watched = await cli(cli_env, "monitor", "--once")
+    assert watched.code == 0, watched
+    [incident] = await fetch(
+        pool, "SELECT * FROM cronwarden.incidents WHERE schedule_id = $1", overdue
+    )
+
+    rows = await status_rows(cli_env)
+    assert rows[quiet]["incident"] is None
+    assert rows[overdue]["incident"] == {
+        "id": incident["id"],
+        "kind": "never-ran",
+        "summary": incident["summary"],
+        "opened_at": incident["opened_at"].strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "system_incident_id": None,
+    }
+    table = await cli(cli_env, "status")
+    assert table.code == 0, table
+    [line] = [ln for ln in table.stdout.splitlines() if ln.lstrip("│ ").startswith(overdue)]
+    assert f"#{incident['id']} never-ran" in line
 
 
 async def test_a_heartbeat_whose_schedule_was_deleted_elsewhere_is_shown_not_hidden(
