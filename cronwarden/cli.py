@@ -6,6 +6,9 @@ error boundary every command goes through.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -150,4 +153,18 @@ def dev(
 
 
 def main(argv: list[str] | None = None) -> None:
-    app(args=argv)
+    try:
+        app(args=argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    # The Temporal SDK's Rust runtime keeps threads that can call into CPython while the
+    # interpreter finalizes, which aborts the process (SIGABRT) after the command has succeeded
+    # (temporalio/sdk-python#300): scripts would see a crash instead of our exit code. Every
+    # command has finished its work and closed its servers' connections here, so flush and leave
+    # without finalizing.
+    for stream in (sys.stdout, sys.stderr):
+        # A reader that went away, or a closed stream, must not change the exit code.
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
