@@ -13,6 +13,7 @@ import typer
 
 from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.logs import configure as configure_logging
+from schedules.backfill_cli import audit_command, backfill_app
 from schedules.cli import schedules_app
 
 app = typer.Typer(
@@ -23,6 +24,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(schedules_app, name="schedules")
+app.add_typer(backfill_app, name="backfill")
+app.command("audit")(audit_command)
 
 
 @app.callback()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 _DONE_DIGEST = "SELECT args_digest FROM cronwarden.outbox WHERE logical_key = $1"
@@ -18,4 +20,36 @@ async def committed_token(conn: Any, logical_key: str) -> int | None:
     """The fencing token of the run that committed the key: tells a run whose COMMIT raised
     whether it was its own commit that landed."""
     value: int | None = await conn.fetchval(_COMMITTED_TOKEN, logical_key)
+    return value
+
+
+# One statement per chunk of fire times (epoch seconds, as Temporal hands them over): the array
+# travels as one parameter and only the MISSING times come back, so the usual case (almost every
+# key done) moves almost nothing over the wire and builds no per-key Python objects. Each
+# element is one probe of the (schedule_id, fire_time) index, never a scan of the schedule's
+# whole history, and rows of fire times the current spec no longer produces are never read.
+_MISSING_FIRE_TIMES = """
+SELECT s
+  FROM unnest($2::bigint[]) AS s
+ WHERE NOT EXISTS (
+       SELECT 1 FROM cronwarden.outbox o
+        WHERE o.schedule_id = $1 AND o.fire_time = to_timestamp(s))
+ ORDER BY s
+"""
+
+_DONE_IN_WINDOW = """
+SELECT count(*) FROM cronwarden.outbox
+ WHERE schedule_id = $1 AND fire_time BETWEEN $2 AND $3
+"""
+
+
+async def missing_fire_times(conn: Any, schedule_id: str, fire_times: Sequence[int]) -> list[int]:
+    """The fire times (epoch seconds) among `fire_times` that have no outbox record."""
+    rows = await conn.fetch(_MISSING_FIRE_TIMES, schedule_id, fire_times)
+    return [row[0] for row in rows]
+
+
+async def done_in_window(conn: Any, schedule_id: str, start: datetime, end: datetime) -> int:
+    """Outbox records of the schedule with `start <= fire_time <= end`, whatever produced them."""
+    value: int = await conn.fetchval(_DONE_IN_WINDOW, schedule_id, start, end)
     return value
