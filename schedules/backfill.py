@@ -140,11 +140,18 @@ class Plan:
 async def plan(
     client: Client, pool: asyncpg.Pool, schedule: ManagedSchedule, window: Window
 ) -> Plan:
-    clamped = window.clamped_to(schedule.created_at)
-    result = Plan(schedule.schedule_id, clamped, expected=0, done=0, missing=array("q"))
+    """The plan for the window, clamped to the schedule's creation: no fire was due before."""
+    return await plan_window(
+        client, pool, schedule.schedule_id, window.clamped_to(schedule.created_at)
+    )
+
+
+async def plan_window(client: Client, pool: asyncpg.Pool, schedule_id: str, window: Window) -> Plan:
+    """Expected minus done over exactly `window`: one matching-times page, one query."""
+    result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
     async with pool.acquire() as conn:
-        async for page in matching_times(client, schedule.schedule_id, clamped):
-            missing = await outbox.missing_fire_times(conn, schedule.schedule_id, page)
+        async for page in matching_times(client, schedule_id, window):
+            missing = await outbox.missing_fire_times(conn, schedule_id, page)
             result.expected += len(page)
             result.done += len(page) - len(missing)
             result.missing.extend(missing)

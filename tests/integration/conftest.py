@@ -103,15 +103,19 @@ def schedule_id() -> str:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncIterator[Worker]:
-    w = build_worker(
+    async with new_worker(client, pool, task_queue) as w:
+        yield w
+
+
+def new_worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> Worker:
+    """An in-process worker for the test jobs; `async with` runs it (tests that start late)."""
+    return build_worker(
         client=client,
         pool=pool,
         registry=REGISTRY,
         task_queue=task_queue,
         graceful_shutdown=timedelta(seconds=5),
     )
-    async with w:
-        yield w
 
 
 @pytest.fixture

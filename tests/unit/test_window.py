@@ -6,6 +6,7 @@ import pytest
 
 from cronwarden.errors import InvalidInput
 from schedules.audit import fire_time_of
+from schedules.backfill_cli import _confirm
 from schedules.window import Window, make_window, parse_instant, parse_since
 
 NOW = datetime(2026, 11, 30, 4, 0, 30, 250_000, tzinfo=UTC)
@@ -96,3 +97,10 @@ def test_a_run_workflow_id_names_its_fire_time_only_for_its_own_schedule(
     workflow_id: str, expected: datetime | None
 ) -> None:
     assert fire_time_of("nightly", workflow_id) == expected
+
+
+def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer() -> None:
+    _confirm(100, yes=False)
+    _confirm(5000, yes=True)
+    with pytest.raises(InvalidInput, match="pass --yes"):
+        _confirm(101, yes=False)
