@@ -66,7 +66,7 @@ async def audit(
 ) -> Audit:
     planned = await plan(client, pool, schedule, window)
     running = await running_fire_times(client, schedule)
-    missing_times = planned.missing_times()
+    missing_times = list(planned.missing_times())
     in_flight = [t for t in missing_times if t in running]
     async with pool.acquire() as conn:
         in_window = (

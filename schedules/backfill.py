@@ -9,8 +9,10 @@ integers. A year of minutely fires is planned without ever holding a Python obje
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -79,7 +81,7 @@ async def load_managed(client: Client, schedule_id: str) -> ManagedSchedule:
 
 async def matching_times(
     client: Client, schedule_id: str, window: Window
-) -> AsyncIterator[list[int]]:
+) -> AsyncGenerator[list[int], None]:
     """Temporal's matching times in the window, as pages of epoch seconds, ascending.
 
     The server answers times in (start_time, end_time]: start exclusive, end inclusive, at most
@@ -130,8 +132,9 @@ class Plan:
             "missing": len(self.missing),
         }
 
-    def missing_times(self) -> list[datetime]:
-        return [datetime.fromtimestamp(s, UTC) for s in self.missing]
+    def missing_times(self) -> Iterator[datetime]:
+        """One at a time: a replay of a whole year holds no datetime per key."""
+        return (datetime.fromtimestamp(s, UTC) for s in self.missing)
 
     def missing_keys(self) -> list[str]:
         return [logical_key(self.schedule_id, t) for t in self.missing_times()]
@@ -149,12 +152,24 @@ async def plan(
 async def plan_window(client: Client, pool: asyncpg.Pool, schedule_id: str, window: Window) -> Plan:
     """Expected minus done over exactly `window`: one matching-times page, one query."""
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
-    async with pool.acquire() as conn:
-        async for page in matching_times(client, schedule_id, window):
-            missing = await outbox.missing_fire_times(conn, schedule_id, page)
-            result.expected += len(page)
-            result.done += len(page) - len(missing)
-            result.missing.extend(missing)
+    pages = matching_times(client, schedule_id, window)
+    # The next page is fetched from Temporal while Postgres subtracts the current one: the two
+    # round trips overlap, and at most two pages are held at once.
+    upcoming = asyncio.ensure_future(anext(pages, None))
+    try:
+        async with pool.acquire() as conn:
+            while (page := await upcoming) is not None:
+                upcoming = asyncio.ensure_future(anext(pages, None))
+                missing = await outbox.missing_fire_times(conn, schedule_id, page)
+                result.expected += len(page)
+                result.done += len(page) - len(missing)
+                result.missing.extend(missing)
+    finally:
+        if not upcoming.done():
+            upcoming.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await upcoming
+        await pages.aclose()
     return result
 
 
