@@ -87,12 +87,10 @@ async def replay_one(
         try:
             handle, attached = await _start_or_attach(client, schedule, inp, workflow_id)
             outcome = await handle.result()
-        except WorkflowFailureError as exc:
-            detail = _failure_message(exc)
-            bound.warning("replay.failed", error=detail)
-            return ReplayResult(key, workflow_id, FAILED, detail)
-        except RPCError as exc:
-            detail = f"Temporal refused the replay ({exc.status.name}): {exc.message}"
+        except Exception as exc:
+            # A failed run, a refused start, a dropped connection: this key fails, the other
+            # replays go on, and the summary counts it.
+            detail = _error_detail(exc)
             bound.warning("replay.failed", error=detail)
             return ReplayResult(key, workflow_id, FAILED, detail)
         if outcome.outcome == OVERLAP_LOCKED and time.monotonic() + delay < give_up_at:
@@ -171,7 +169,12 @@ def _classify(key: str, workflow_id: str, outcome: RunOutcome, *, attached: bool
     return ReplayResult(key, workflow_id, FAILED, f"unexpected outcome {outcome.outcome!r}")
 
 
-def _failure_message(exc: WorkflowFailureError) -> str:
+def _error_detail(exc: Exception) -> str:
+    if isinstance(exc, RPCError):
+        return f"Temporal refused the replay ({exc.status.name}): {exc.message}"
+    if not isinstance(exc, WorkflowFailureError):
+        return f"{type(exc).__name__}: {exc}"
+    # The innermost cause is the job's own error (or the guard's), not "activity failed".
     cause: BaseException | None = exc.cause
     messages = []
     while cause is not None:

@@ -166,12 +166,19 @@ async def _check_outage_is_replayed(
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def missed(
-    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, worker: Worker
+    request: pytest.FixtureRequest,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    worker: Worker,
 ) -> AsyncIterator[Window]:
     """A schedule paused at once, with a worker running: every fire time of the window this
-    yields (at least six) has no outbox record."""
+    yields (at least six) has no outbox record. Parametrize it (indirect) with more fields of
+    the schedule's definition."""
+    fields: dict[str, Any] = getattr(request, "param", {})
     await apply_definitions(
-        client, pool, [definition(schedule_id, every="1s")], task_queue=task_queue
+        client, pool, [definition(schedule_id, every="1s", **fields)], task_queue=task_queue
     )
     handle = client.get_schedule_handle(schedule_id)
     try:
@@ -274,6 +281,31 @@ async def test_a_dry_run_starts_nothing(
         with pytest.raises(RPCError) as exc_info:
             await client.get_workflow_handle(workflow_id).describe()
         assert exc_info.value.status == RPCStatusCode.NOT_FOUND
+    assert await committed(pool, schedule_id) == {}
+
+
+@pytest.mark.parametrize(
+    "missed", [{"args": {"fail_attempts": 99}, "max_attempts": 1}], indirect=True
+)
+async def test_a_run_whose_replays_fail_reports_each_and_exits_1(
+    pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    result = await cli(
+        cli_env,
+        "backfill",
+        "run",
+        schedule_id,
+        "--start",
+        iso(missed.start),
+        "--end",
+        iso(missed.end),
+        "--json",
+    )
+    assert result.code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["missing"] >= 6
+    assert report["summary"]["failed"] == report["missing"]
+    assert all("probe failing on purpose" in f["error"] for f in report["failed"])
     assert await committed(pool, schedule_id) == {}
 
 
