@@ -7,6 +7,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -24,6 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, logical_key
+from cronwarden.embedded import EmbeddedTemporal, free_port
 from schedules.apply import apply_definitions
 from schedules.backfill import load_managed, plan
 from schedules.replay import REPLAYED, replay_all, replay_one, replay_workflow_id
@@ -95,11 +97,11 @@ async def test_an_outage_is_planned_exactly_replayed_once_and_then_plans_empty(
         )
         async with new_worker(client, pool, task_queue):
             recovered_at = datetime.now(UTC)
-
-            async def three_after_recovery() -> bool:
-                return sum(t > recovered_at for t in await committed(pool, schedule_id)) >= 3
-
-            await wait_for(three_after_recovery, timeout=30, what="fires after the outage")
+            await wait_for(
+                lambda: _committed_after(pool, schedule_id, recovered_at),
+                timeout=30,
+                what="fires after the outage",
+            )
             await handle.pause(note="test: freeze the window")
             end = max(await committed(pool, schedule_id))
             await _check_outage_is_replayed(
@@ -107,6 +109,58 @@ async def test_an_outage_is_planned_exactly_replayed_once_and_then_plans_empty(
             )
     finally:
         await handle.delete()
+
+
+async def test_fires_dropped_beyond_the_catchup_window_are_planned_and_replayed_once(
+    tmp_path: Path,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+) -> None:
+    # The whole of Temporal goes down (a private server, restarted on its own database): when
+    # it comes back, fires older than the 10 s catchup window are dropped and only counted.
+    server = EmbeddedTemporal(
+        port=free_port(), ui_port=None, db_file=tmp_path / "t.db", log_file=tmp_path / "t.log"
+    )
+    await asyncio.to_thread(server.start)
+    try:
+        client = await Client.connect(server.address)
+        defn = definition(schedule_id, every="2s", catchup_window="10s", overlap="skip")
+        async with new_worker(client, pool, task_queue):
+            await apply_definitions(client, pool, [defn], task_queue=task_queue)
+            await wait_for(
+                lambda: _committed_after(pool, schedule_id, None), timeout=30, what="2 fires"
+            )
+        await asyncio.to_thread(server.stop)
+        down_at = datetime.now(UTC)
+        await wait_for(
+            lambda: clock_past(down_at + timedelta(seconds=16)), timeout=25, what="the outage"
+        )
+        await asyncio.to_thread(server.start)
+        client = await Client.connect(server.address)
+        handle = client.get_schedule_handle(schedule_id)
+        async with new_worker(client, pool, task_queue):
+            up_at = datetime.now(UTC)
+            await wait_for(
+                lambda: _committed_after(pool, schedule_id, up_at), timeout=30, what="recovery"
+            )
+            await handle.pause(note="test: freeze the window")
+            description = await handle.describe()
+            end = max(await committed(pool, schedule_id))
+            env = cli_env | {"CRONWARDEN_TEMPORAL_ADDRESS": server.address}
+            await _check_outage_is_replayed(
+                client, pool, handle, env, schedule_id, description.info.created_at, end
+            )
+        assert description.info.num_actions_missed_catchup_window >= 3
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def _committed_after(pool: asyncpg.Pool, schedule_id: str, moment: datetime | None) -> bool:
+    """At least two fires committed (after `moment`, when given)."""
+    times = await committed(pool, schedule_id)
+    return sum(moment is None or t > moment for t in times) >= 2
 
 
 async def _check_outage_is_replayed(
@@ -133,9 +187,11 @@ async def _check_outage_is_replayed(
 
     audited = await cli_json(env, "audit", schedule_id, "--since", iso(created_at))
     assert audited["missing_keys"][: len(missing)] == before["missing_keys"]
-    # Every dropped fire was dropped by Temporal for overlap: the first run of the outage was
-    # waiting for a worker. (Temporal's counters are lifetime totals of the schedule.)
-    assert audited["temporal"]["skipped_overlap_total"] >= len(missing)
+    # Temporal counted every fire it dropped (its counters are the schedule's lifetime totals).
+    counters = audited["temporal"]
+    assert counters["skipped_overlap_total"] + counters["missed_catchup_window_total"] >= len(
+        missing
+    )
     assert audited["temporal"]["paused"] is True
 
     replay = await cli_json(env, "backfill", "run", schedule_id, *window, "--yes")
