@@ -67,8 +67,9 @@ async def load_managed(client: Client, schedule_id: str) -> ManagedSchedule:
             f"schedule '{schedule_id}' was not created by cronwarden: backfill and audit only "
             "work on schedules that `cronwarden schedules apply` manages"
         )
-    converter = client.data_converter.payload_converter
-    [run_input] = converter.from_payloads(list(action.args), [ScheduledRunInput])
+    # Described schedules carry raw payloads: decode through the client's data converter, so a
+    # payload codec (encryption) configured on the client is applied the way the worker does.
+    [run_input] = await client.data_converter.decode(list(action.args), [ScheduledRunInput])
     assert isinstance(run_input, ScheduledRunInput)
     return ManagedSchedule(
         schedule_id=schedule_id,
