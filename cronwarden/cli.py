@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from cronwarden.cli_support import load_settings, out, run_command
+from cronwarden.errors import CronwardenError
 from cronwarden.logs import configure as configure_logging
 from schedules.backfill_cli import audit_command, backfill_app
 from schedules.cli import schedules_app
@@ -42,17 +43,43 @@ def _root(
 
 
 @app.command()
-def migrate() -> None:
+def migrate(
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Apply nothing: exit 0 if the database is up to date, 1 if migrations are "
+            "pending. Read-only, so the runtime role may run it.",
+        ),
+    ] = False,
+    wait: Annotated[
+        float,
+        typer.Option(min=0, help="With --check: wait up to this many seconds for them to land."),
+    ] = 0.0,
+) -> None:
     """Apply pending database migrations (safe to run from several replicas at once)."""
+    if wait and not check:
+        raise typer.BadParameter("--wait only applies with --check", param_hint="--wait")
 
     async def go() -> None:
         from store.migrate import migrate as run_migrations
+        from store.migrate import wait_until_migrated
         from store.pool import connect
 
         settings = load_settings()
         conn = await connect(settings.dsn)
         try:
-            applied = await run_migrations(conn)
+            if check:
+                pending = await wait_until_migrated(conn, timeout=wait)
+                if pending:
+                    names = ", ".join(f"{m.version:04d}_{m.name}" for m in pending)
+                    raise CronwardenError(
+                        f"{len(pending)} migration(s) pending ({names}); "
+                        "run `cronwarden migrate` as the migrator role"
+                    )
+                applied = []
+            else:
+                applied = await run_migrations(conn)
         finally:
             await conn.close()
         if applied:
@@ -65,13 +92,25 @@ def migrate() -> None:
 
 
 @app.command()
-def worker() -> None:
+def worker(
+    health_port: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve /healthz and /readyz on this port (default: CRONWARDEN_HEALTH_PORT).",
+        ),
+    ] = None,
+) -> None:
     """Run a worker until SIGINT/SIGTERM, then drain in-flight runs and exit 0."""
 
     async def go() -> None:
         from cronwarden.worker_runtime import run_worker
 
-        await run_worker(load_settings())
+        settings = load_settings()
+        if health_port is not None:
+            settings = settings.model_copy(update={"health_port": health_port})
+        await run_worker(settings)
 
     run_command(go)
 

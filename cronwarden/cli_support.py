@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from cronwarden.config import Settings
+from cronwarden.config import Settings, settings_error_message
 from cronwarden.errors import CronwardenError, InvalidInput
 
 T = TypeVar("T")
@@ -24,10 +24,12 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def load_settings() -> Settings:
+    from pydantic import ValidationError
+
     try:
         return Settings()
-    except Exception as exc:  # pydantic's ValidationError: a bad CRONWARDEN_* value
-        raise InvalidInput(f"invalid configuration: {exc}") from exc
+    except ValidationError as exc:  # a bad CRONWARDEN_* value
+        raise InvalidInput(f"invalid configuration: {settings_error_message(exc)}") from exc
 
 
 def fail(message: str, code: int) -> typer.Exit:

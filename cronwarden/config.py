@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Self
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_TASK_QUEUE = "cronwarden"
@@ -34,11 +36,49 @@ class Settings(BaseSettings):
     """Path to the mTLS client key."""
     temporal_api_key: SecretStr | None = None
     """API key for Temporal Cloud (implies TLS)."""
+    temporal_tls: bool = False
+    """TLS with the system's CA roots, for a secured cluster that needs no CA file, client
+    certificate or API key (any of those turns TLS on by itself)."""
+    temporal_tls_server_name: str | None = None
+    """Server name to verify the frontend's certificate against, when it differs from the
+    address's host (a proxy, an IP address)."""
+    payload_codec: str | None = None
+    """`module:attribute` naming a temporalio `PayloadCodec` (or a zero-argument factory of one)
+    that encodes every payload: encryption at rest in Temporal. Workers, the CLI and anything
+    else that reads the runs must share it."""
+    health_port: int | None = Field(default=None, ge=1, le=65535)
+    """Port of the worker's /healthz and /readyz endpoints; unset serves none."""
     graceful_shutdown_seconds: float = Field(default=30.0, ge=0)
     """How long a stopping worker lets in-flight runs finish before cancelling them."""
     max_concurrent_runs: int = Field(default=10, ge=1, le=1000)
     """Runs one worker executes at once. Each may hold two Postgres connections (its commit
     transaction and a lease renewal), so the worker's pool holds twice this, plus two."""
+
+    @model_validator(mode="after")
+    def _temporal_tls_is_consistent(self) -> Self:
+        if bool(self.temporal_tls_cert) != bool(self.temporal_tls_key):
+            given, missing = ("CERT", "KEY") if self.temporal_tls_cert else ("KEY", "CERT")
+            raise ValueError(
+                f"CRONWARDEN_TEMPORAL_TLS_{given} is set but CRONWARDEN_TEMPORAL_TLS_{missing} "
+                "is not: mTLS needs both the client certificate and its key"
+            )
+        for suffix, path in (
+            ("CA", self.temporal_tls_ca),
+            ("CERT", self.temporal_tls_cert),
+            ("KEY", self.temporal_tls_key),
+        ):
+            if path and not Path(path).is_file():
+                raise ValueError(
+                    f"CRONWARDEN_TEMPORAL_TLS_{suffix} names {path}, which is not a file "
+                    "(is the Secret mounted there?)"
+                )
+        if self.payload_codec is not None:
+            module, _, attr = self.payload_codec.partition(":")
+            if not module.strip() or not attr.strip():
+                raise ValueError(
+                    f"CRONWARDEN_PAYLOAD_CODEC must be module:attribute, not {self.payload_codec!r}"
+                )
+        return self
 
     @property
     def dsn(self) -> str:
@@ -46,6 +86,19 @@ class Settings(BaseSettings):
 
     def job_modules(self) -> list[str]:
         return [m.strip() for m in self.jobs.split(",") if m.strip()]
+
+
+def settings_error_message(exc: ValidationError) -> str:
+    """pydantic's report as one line per problem, naming the variable and never echoing a value
+    (it may be a secret)."""
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["loc"]:
+            field = "_".join(str(part) for part in error["loc"]).upper()
+            message = f"CRONWARDEN_{field}: {message}"
+        problems.append(message)
+    return "; ".join(problems)
 
 
 def redact_dsn(dsn: str) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.service import TLSConfig
 
+from cronwarden.codec import data_converter
 from cronwarden.config import Settings
 from cronwarden.errors import InvalidInput, Unreachable
 
@@ -20,13 +21,16 @@ def _read(path: str, what: str) -> bytes:
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:
-    if bool(settings.temporal_tls_cert) != bool(settings.temporal_tls_key):
-        raise InvalidInput(
-            "mTLS needs both CRONWARDEN_TEMPORAL_TLS_CERT and CRONWARDEN_TEMPORAL_TLS_KEY"
-        )
-    if not (settings.temporal_tls_ca or settings.temporal_tls_cert or settings.temporal_api_key):
+    # A certificate without its key (or the reverse) is refused when the settings load.
+    if not (
+        settings.temporal_tls
+        or settings.temporal_tls_ca
+        or settings.temporal_tls_cert
+        or settings.temporal_api_key
+    ):
         return False
     return TLSConfig(
+        domain=settings.temporal_tls_server_name,
         server_root_ca_cert=_read(settings.temporal_tls_ca, "CA certificate")
         if settings.temporal_tls_ca
         else None,
@@ -56,6 +60,7 @@ async def connect(settings: Settings) -> Client:
             namespace=settings.namespace,
             tls=tls_config(settings),
             api_key=api_key,
+            data_converter=data_converter(settings),
         )
     except RuntimeError as exc:
         # The SDK reports connection failures as RuntimeError("Failed client connect: ...").

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ from activities.jobs import JobRegistry, import_job_modules
 from cronwarden import temporal
 from cronwarden.config import Settings
 from cronwarden.errors import InvalidInput
+from cronwarden.health import WorkerReadiness, serve_health
 from cronwarden.logs import get_logger
 from store.pool import create_pool
 from workflows.scheduled_run import ScheduledRunWorkflow
@@ -103,9 +105,20 @@ async def run_worker(
             jobs=registry.names(),
             identity=worker_identity(),
         )
-        async with worker:
-            await stop.wait()
-            log.info("worker.draining", graceful_seconds=settings.graceful_shutdown_seconds)
+        async with contextlib.AsyncExitStack() as serving:
+            if settings.health_port is not None:
+                # Up before the worker polls and down only after it drained: /readyz reads
+                # `stop`, so it turns 503 the moment a stop is asked, before the drain.
+                readiness = WorkerReadiness(
+                    client=client,
+                    pool=pool,
+                    polling=lambda: worker.is_running,
+                    draining=stop.is_set,
+                )
+                await serving.enter_async_context(serve_health(settings.health_port, readiness))
+            async with worker:
+                await stop.wait()
+                log.info("worker.draining", graceful_seconds=settings.graceful_shutdown_seconds)
         log.info("worker.stopped")
     finally:
         for sig in installed:

@@ -8,6 +8,7 @@ the run's outbox record — or not at all.
 from __future__ import annotations
 
 import asyncio
+from importlib import resources
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -50,14 +51,5 @@ async def ledger_digest(ctx: JobContext) -> dict[str, Any]:
     return {"balances": {r["account"]: r["balance"] for r in rows}}
 
 
-# Run by `cronwarden dev` after the migrations: the demo owns its table, cronwarden does not.
-DEV_SETUP_SQL = """
-CREATE TABLE IF NOT EXISTS public.demo_ledger (
-    id           bigserial   PRIMARY KEY,
-    logical_key  text        NOT NULL,
-    account      text        NOT NULL,
-    amount_cents bigint      NOT NULL,
-    posted_at    timestamptz NOT NULL DEFAULT now()
-);
-CREATE INDEX IF NOT EXISTS demo_ledger_logical_key ON public.demo_ledger (logical_key);
-"""
+# Run by `cronwarden dev` after the migrations (and by the compose stack's Postgres).
+DEV_SETUP_SQL = resources.files("examples").joinpath("ledger_setup.sql").read_text(encoding="utf-8")

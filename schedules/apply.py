@@ -71,16 +71,16 @@ async def is_managed(desc: ScheduleDescription) -> bool:
     return isinstance(value, dict) and value.get("managed") is True
 
 
-def _action_memo(client: Client, desc: ScheduleDescription) -> dict[str, Any]:
+async def _action_memo(client: Client, desc: ScheduleDescription) -> dict[str, Any]:
     action = desc.schedule.action
     if not isinstance(action, ScheduleActionStartWorkflow) or not action.memo:
         return {}
-    converter = client.data_converter.payload_converter
     decoded: dict[str, Any] = {}
     for key, payload in action.memo.items():
-        # Described schedules carry raw payloads; decode ours, ignore what we cannot read.
+        # Described schedules carry raw payloads; decode ours (through the payload codec, if
+        # one is configured), ignore what we cannot read.
         try:
-            decoded[key] = converter.from_payloads([payload])[0]
+            decoded[key] = (await client.data_converter.decode([payload]))[0]
         except Exception:  # a foreign memo value is not our concern
             continue
     return decoded
@@ -102,7 +102,7 @@ async def plan_one(
             f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
             "it is left alone: delete it yourself or give this schedule another id"
         )
-    memo = _action_memo(client, desc)
+    memo = await _action_memo(client, desc)
     if memo.get(DIGEST_MEMO) == definition_digest(defn, task_queue=task_queue):
         return Change(defn.id, UNCHANGED), desc
     old = memo.get(DEFINITION_MEMO)
@@ -126,7 +126,7 @@ def _updater(
                 f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
                 "it is left alone"
             )
-        if _action_memo(client, current).get(DIGEST_MEMO) == digest:
+        if (await _action_memo(client, current)).get(DIGEST_MEMO) == digest:
             return None
         # Keep the live state: re-applying a file must not undo an operator's pause.
         schedule.state = current.schedule.state

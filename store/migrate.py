@@ -6,6 +6,7 @@ the first has finished, then find nothing left to do.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from dataclasses import dataclass
@@ -87,3 +88,27 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
     return applied_now
+
+
+async def pending_migrations(conn: asyncpg.Connection) -> list[Migration]:
+    """The migrations this code has and the database has not applied. Read-only: the runtime
+    role may ask, and nothing is locked."""
+    try:
+        rows = await conn.fetch("SELECT version FROM cronwarden.schema_migrations")
+    except asyncpg.UndefinedTableError:  # never migrated: no schema, no ledger
+        rows = []
+    done = {r["version"] for r in rows}
+    return [m for m in available_migrations() if m.version not in done]
+
+
+async def wait_until_migrated(conn: asyncpg.Connection, *, timeout: float) -> list[Migration]:
+    """Poll until nothing is pending or `timeout` seconds passed; what is still pending.
+
+    Workers run this before they start, so a new image never polls against the schema of the
+    previous one while the migrate Job is still applying this one's migrations."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        pending = await pending_migrations(conn)
+        if not pending or asyncio.get_running_loop().time() >= deadline:
+            return pending
+        await asyncio.sleep(min(2.0, max(deadline - asyncio.get_running_loop().time(), 0.0)))

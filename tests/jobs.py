@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -93,3 +94,23 @@ async def drop_connection_before_commit(ctx: JobContext) -> None:
             await side.execute("SELECT pg_terminate_backend($1)", pid)
         finally:
             await side.close()
+
+
+class GatedArgs(BaseModel):
+    gate: str
+    """Path of a file the job waits for before it writes: the test decides when it finishes."""
+    wait_seconds: float = 60.0
+
+
+@job("gated", args_model=GatedArgs)
+async def gated(ctx: JobContext) -> dict[str, Any]:
+    args: GatedArgs = ctx.args
+    started = datetime.now(UTC)
+    deadline = asyncio.get_running_loop().time() + args.wait_seconds
+    while not Path(args.gate).exists():
+        if asyncio.get_running_loop().time() > deadline:
+            raise RuntimeError(f"gate {args.gate} never opened")
+        await asyncio.sleep(0.05)
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx, started)
+    return {"attempt": ctx.attempt}

@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 
 import tests.jobs
 from activities.jobs import REGISTRY
+from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from cronwarden.worker_runtime import build_worker
 from store.migrate import migrate
@@ -130,6 +131,17 @@ def cli_env(database: str, temporal_server: EmbeddedTemporal, task_queue: str) -
         PYTHONPATH=str(REPO_ROOT),
     )
     return env
+
+
+def worker_settings(temporal_server: EmbeddedTemporal, task_queue: str, **values: Any) -> Settings:
+    """Settings for an in-process `run_worker` on this test's servers and task queue."""
+    return Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        temporal_address=temporal_server.address,
+        task_queue=task_queue,
+        jobs="tests.jobs",
+        **values,
+    )
 
 
 def cronwarden_argv(*args: str) -> list[str]:

@@ -9,16 +9,20 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.contract import RAN, logical_key
+from activities.contract import RAN, RunOutcome, logical_key
 from activities.jobs import REGISTRY
+from cronwarden.embedded import free_port
 from cronwarden.worker_runtime import build_worker
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch
+from tests.http_probe import Answer, http_get
+from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
 from tests.integration.test_guard import FIRE, effects, lease_holder, start_run
 
 pytestmark = pytest.mark.integration
@@ -44,14 +48,38 @@ def in_process_worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> Wo
     )
 
 
-def start_worker_process(env: dict[str, str], *, graceful: float = 30) -> subprocess.Popen[bytes]:
+def start_worker_process(
+    env: dict[str, str], *, graceful: float = 30, health_port: int | None = None
+) -> subprocess.Popen[bytes]:
+    health = ["--health-port", str(health_port)] if health_port else []
     return subprocess.Popen(
-        cronwarden_argv("--log-json", "worker"),
+        cronwarden_argv("--log-json", "worker", *health),
         env={**env, "CRONWARDEN_GRACEFUL_SHUTDOWN_SECONDS": str(graceful)},
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
+
+
+async def exited_zero(proc: subprocess.Popen[bytes]) -> str:
+    """Wait for a stopping worker; its output, once it exited 0."""
+    code = await asyncio.to_thread(proc.wait, 40)
+    output = proc.stdout.read().decode() if proc.stdout else ""
+    assert code == 0, output
+    return output
+
+
+async def committed_attempts(pool: asyncpg.Pool, key: str) -> list[int]:
+    rows = await fetch(pool, "SELECT attempt FROM cronwarden.outbox WHERE logical_key = $1", key)
+    return [r["attempt"] for r in rows]
+
+
+async def finish_elsewhere(
+    client: Client, pool: asyncpg.Pool, task_queue: str, handle: WorkflowHandle[Any, RunOutcome]
+) -> RunOutcome:
+    """Let an in-process worker complete the run's workflow."""
+    async with in_process_worker(client, pool, task_queue):
+        return await asyncio.wait_for(handle.result(), timeout=60)
 
 
 async def test_a_worker_killed_mid_job_is_replaced_and_the_key_still_applies_once(
@@ -93,9 +121,7 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_zero(
     lock = f"schedule:{schedule_id}"
     await lease_holder(pool, lock)
     proc.send_signal(signal.SIGTERM)
-    code = await asyncio.to_thread(proc.wait, 40)
-    output = proc.stdout.read().decode() if proc.stdout else ""
-    assert code == 0, output
+    output = await exited_zero(proc)
     events = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert (
@@ -113,12 +139,10 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_zero(
         assert event["workflow_id"] == handle.id
     # The drained job committed before the process exited.
     key = logical_key(schedule_id, FIRE)
-    rows = await fetch(pool, "SELECT attempt FROM cronwarden.outbox WHERE logical_key = $1", key)
-    assert [r["attempt"] for r in rows] == [1]
+    assert await committed_attempts(pool, key) == [1]
     assert await effects(pool, key) == 1
     # Its workflow completes on whichever worker polls next, without running the job again.
-    async with in_process_worker(client, pool, task_queue):
-        outcome = await asyncio.wait_for(handle.result(), timeout=30)
+    outcome = await finish_elsewhere(client, pool, task_queue, handle)
     assert (outcome.outcome, outcome.attempt) == (RAN, 1)
     assert await effects(pool, key) == 1
 
@@ -136,3 +160,81 @@ async def test_python_worker_py_is_the_worker_command(cli_env: dict[str, str]) -
     )
     assert result.returncode == 1
     assert "cannot reach Postgres at 127.0.0.1:1/db" in result.stderr
+
+
+async def test_sigterm_turns_readiness_off_before_the_job_finishes_then_exits_zero(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+    spawn_worker: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    proc = start_worker_process(cli_env, graceful=30, health_port=port)
+    spawn_worker.append(proc)
+
+    async def readiness() -> Answer:
+        return await http_get(port, "/readyz")
+
+    async def ready() -> bool:
+        return (await readiness()).status == 200
+
+    await wait_for(ready, timeout=30, what="the worker's /readyz to answer 200")
+    gate = tmp_path / "gate"
+    handle = await start_run(client, task_queue, schedule_id, job="gated", args={"gate": str(gate)})
+    await lease_holder(pool, f"schedule:{schedule_id}")
+    key = logical_key(schedule_id, FIRE)
+
+    proc.send_signal(signal.SIGTERM)
+
+    async def not_ready() -> Answer | None:
+        answer = await readiness()
+        return answer if answer.status == 503 else None
+
+    answer = await wait_for(not_ready, timeout=10, what="/readyz to turn 503", interval=0.05)
+    assert answer is not None
+    assert answer.body == {"ready": False, "checks": {"worker": "draining"}}
+    # The job is still held at its gate: readiness went off first, and the process still lives.
+    assert await effects(pool, key) == 0
+    assert (await http_get(port, "/healthz")).status == 200
+
+    gate.touch()
+    await exited_zero(proc)
+    assert await committed_attempts(pool, key) == [1]
+    assert await effects(pool, key) == 1
+    outcome = await finish_elsewhere(client, pool, task_queue, handle)
+    assert (outcome.outcome, outcome.attempt) == (RAN, 1)
+    assert await effects(pool, key) == 1
+
+
+async def test_a_run_cut_off_at_the_graceful_timeout_is_retried_elsewhere_and_applies_once(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+    spawn_worker: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    proc = start_worker_process(cli_env, graceful=1)
+    spawn_worker.append(proc)
+    gate = tmp_path / "gate"
+    handle = await start_run(
+        client, task_queue, schedule_id, job="gated", args={"gate": str(gate)}, lock_ttl=30
+    )
+    lock = f"schedule:{schedule_id}"
+    await lease_holder(pool, lock)
+    proc.send_signal(signal.SIGTERM)
+    assert "run.cancelled" in await exited_zero(proc)
+    key = logical_key(schedule_id, FIRE)
+    assert await effects(pool, key) == 0
+    # The cut-off run freed its lease on the way out, so the retry need not wait out the TTL.
+    rows = await fetch(pool, "SELECT holder FROM cronwarden.locks WHERE name = $1", lock)
+    assert [r["holder"] for r in rows] == [None]
+
+    gate.touch()
+    outcome = await finish_elsewhere(client, pool, task_queue, handle)
+    assert (outcome.outcome, outcome.attempt) == (RAN, 2)
+    assert await effects(pool, key) == 1

@@ -1,0 +1,98 @@
+"""The worker's /healthz and /readyz, served in-process against the real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+
+from cronwarden.embedded import EmbeddedTemporal, free_port
+from cronwarden.errors import PortInUse
+from cronwarden.health import WorkerReadiness, serve_health
+from cronwarden.worker_runtime import run_worker
+from store.pool import create_pool
+from tests.http_probe import Answer, http_get
+from tests.integration.conftest import wait_for, worker_settings
+
+pytestmark = pytest.mark.integration
+
+
+async def test_the_health_endpoints_answer_as_specified(
+    temporal_server: EmbeddedTemporal, client: Client, pool: asyncpg.Pool, task_queue: str
+) -> None:
+    port = free_port()
+    settings = worker_settings(temporal_server, task_queue, health_port=port)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker(settings, client=client, pool=pool, stop=stop))
+    try:
+
+        async def ready() -> Answer | None:
+            answer = await http_get(port, "/readyz")
+            return answer if answer.status == 200 else None
+
+        answer = await wait_for(ready, timeout=30, what="/readyz to answer 200")
+        assert answer is not None
+        assert answer.body == {
+            "ready": True,
+            "checks": {"worker": "ok", "temporal": "ok", "postgres": "ok"},
+        }
+        assert await http_get(port, "/healthz") == Answer(200, {"status": "ok"})
+        assert await http_get(port, "/readyz?verbose=1") == answer
+        assert (await http_get(port, "/healthz", method="HEAD")) == Answer(200, {})
+        assert (await http_get(port, "/metrics")).status == 404
+        assert (await http_get(port, "/healthz", method="POST")).status == 405
+
+        stop.set()
+        draining = await http_get(port, "/readyz")
+        assert draining == Answer(503, {"ready": False, "checks": {"worker": "draining"}})
+    finally:
+        stop.set()
+        await worker
+    # Gone with the worker.
+    assert (await http_get(port, "/healthz")).status == 0
+
+
+async def test_readiness_names_the_server_that_does_not_answer(
+    temporal_server: EmbeddedTemporal, client: Client, database: str
+) -> None:
+    dead_temporal = await Client.connect(f"127.0.0.1:{free_port()}", lazy=True)
+    pool = await create_pool(database, max_size=2)
+    readiness = WorkerReadiness(
+        client=dead_temporal, pool=pool, polling=lambda: True, draining=lambda: False
+    )
+    state = await readiness.check()
+    assert state.ready is False
+    assert state.checks["postgres"] == "ok" and state.checks["worker"] == "ok"
+    assert state.checks["temporal"] != "ok"
+
+    cached = WorkerReadiness(
+        client=client, pool=pool, polling=lambda: True, draining=lambda: False, cache_seconds=3600
+    )
+    assert (await cached.check()).ready is True
+    await pool.close()
+    # Within the cache period a probe does not touch the servers; a fresh one sees the loss.
+    assert (await cached.check()).ready is True
+    fresh = WorkerReadiness(
+        client=client, pool=pool, polling=lambda: True, draining=lambda: False, cache_seconds=0
+    )
+    state = await fresh.check()
+    assert state.ready is False and state.checks["postgres"] != "ok"
+    assert state.checks["temporal"] == "ok"
+
+
+async def test_a_health_port_in_use_is_refused_naming_the_port(
+    client: Client, pool: asyncpg.Pool
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        readiness = WorkerReadiness(
+            client=client, pool=pool, polling=lambda: True, draining=lambda: False
+        )
+        with pytest.raises(PortInUse, match=f"health port {port} is in use"):
+            async with serve_health(port, readiness):
+                pass

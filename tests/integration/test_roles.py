@@ -1,0 +1,152 @@
+"""deploy/sql/roles.sql on a real Postgres: the migrator owns the schema, the runtime role can
+run the worker's statements and nothing more."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+
+from activities.contract import RAN, logical_key
+from store.migrate import migrate
+from store.pool import connect, create_pool
+from tests.integration.conftest import REPO_ROOT
+from tests.integration.test_cli import cli
+from tests.integration.test_guard import FIRE, effects, start_run
+from tests.integration.test_worker_process import in_process_worker
+
+pytestmark = pytest.mark.integration
+
+ROLES_SQL = REPO_ROOT / "deploy" / "sql" / "roles.sql"
+MIGRATOR = "cronwarden_migrator"
+RUNTIME = "cronwarden_runtime"
+
+
+def as_role(dsn: str, role: str) -> str:
+    """The same database, logged in as `role` (the test cluster trusts local connections)."""
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def roles(database: str) -> str:
+    """Apply roles.sql as the superuser to this test's (already migrated) database."""
+    conn = await connect(database)
+    try:
+        await conn.execute(ROLES_SQL.read_text())
+    finally:
+        await conn.close()
+    return database
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def runtime_conn(roles: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await connect(as_role(roles, RUNTIME))
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "CREATE TABLE cronwarden.sneaky (id int)",
+        "CREATE TABLE public.sneaky (id int)",
+        "CREATE SCHEMA sneaky",
+        "ALTER TABLE cronwarden.outbox ADD COLUMN sneaky text",
+        "DROP TABLE cronwarden.locks",
+        "TRUNCATE cronwarden.outbox",
+        "CREATE INDEX sneaky ON cronwarden.outbox (worker)",
+    ],
+)
+async def test_the_runtime_role_cannot_create_alter_or_drop(
+    runtime_conn: asyncpg.Connection, statement: str
+) -> None:
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await runtime_conn.execute(statement)
+
+
+async def test_the_runtime_role_has_dml_on_every_cronwarden_table(
+    runtime_conn: asyncpg.Connection,
+) -> None:
+    async with runtime_conn.transaction():
+        token = await runtime_conn.fetchval("SELECT nextval('cronwarden.lock_tokens')")
+        await runtime_conn.execute(
+            "INSERT INTO cronwarden.locks (name, token, expires_at, acquired_at)"
+            " VALUES ('roles-test', $1, now(), now())",
+            token,
+        )
+        await runtime_conn.execute("UPDATE cronwarden.locks SET holder = 'x'")
+        await runtime_conn.execute("INSERT INTO cronwarden.heartbeats (schedule_id) VALUES ('r')")
+        await runtime_conn.execute("DELETE FROM cronwarden.heartbeats")
+        assert await runtime_conn.fetchval("SELECT count(*) FROM cronwarden.outbox") == 0
+
+
+async def test_the_migrator_owns_the_schema_and_later_tables_reach_the_runtime_role(
+    roles: str, runtime_conn: asyncpg.Connection
+) -> None:
+    migrator = await connect(as_role(roles, MIGRATOR))
+    try:
+        assert await migrate(migrator) == []  # up to date, and allowed to check
+        # What a later migration does: alter an existing table, add a new one.
+        await migrator.execute("ALTER TABLE cronwarden.outbox ADD COLUMN later text")
+        await migrator.execute("CREATE TABLE cronwarden.later_table (id bigserial, note text)")
+        owners = await migrator.fetch(
+            "SELECT DISTINCT pg_get_userbyid(c.relowner) AS owner FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'cronwarden'"
+        )
+        assert [r["owner"] for r in owners] == [MIGRATOR]
+    finally:
+        await migrator.close()
+    await runtime_conn.execute("INSERT INTO cronwarden.later_table (note) VALUES ('covered')")
+    assert await runtime_conn.fetchval("SELECT note FROM cronwarden.later_table") == "covered"
+
+
+async def test_roles_sql_runs_again_without_change(roles: str) -> None:
+    conn = await connect(roles)
+    try:
+        before = await conn.fetch("SELECT relname, relacl::text FROM pg_class ORDER BY relname")
+        await conn.execute(ROLES_SQL.read_text())
+        after = await conn.fetch("SELECT relname, relacl::text FROM pg_class ORDER BY relname")
+    finally:
+        await conn.close()
+    assert before == after
+
+
+async def test_a_worker_on_the_runtime_role_runs_and_commits(
+    roles: str, client: Client, task_queue: str, schedule_id: str
+) -> None:
+    admin = await connect(roles)
+    try:
+        # The grant a user gives for the tables their jobs write.
+        await admin.execute(f"GRANT SELECT, INSERT ON public.test_effects TO {RUNTIME}")
+    finally:
+        await admin.close()
+    pool = await create_pool(as_role(roles, RUNTIME), max_size=6)
+    try:
+        async with in_process_worker(client, pool, task_queue):
+            handle = await start_run(client, task_queue, schedule_id)
+            outcome = await asyncio.wait_for(handle.result(), timeout=30)
+        assert outcome.outcome == RAN
+        assert await effects(pool, logical_key(schedule_id, FIRE)) == 1
+        user = await pool.fetchval("SELECT current_user")
+        assert user == RUNTIME
+    finally:
+        await pool.close()
+
+
+async def test_the_runtime_role_may_check_migrations_but_not_apply_them(
+    roles: str, cli_env: dict[str, str]
+) -> None:
+    env = {**cli_env, "CRONWARDEN_DATABASE_URL": as_role(roles, RUNTIME)}
+    checked = await cli(env, "migrate", "--check")
+    assert (checked.code, checked.stdout.strip()) == (0, "database is up to date")
+    applied = await cli(env, "migrate")
+    assert applied.code == 1
+    assert "permission denied" in applied.stderr
