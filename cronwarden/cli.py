@@ -18,6 +18,7 @@ from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import configure as configure_logging
 from monitor.cli import monitor_command
+from schedules.backfill_cli import audit_command, backfill_app
 from schedules.cli import schedules_app, status_command
 
 app = typer.Typer(
@@ -30,6 +31,8 @@ app = typer.Typer(
 app.add_typer(schedules_app, name="schedules")
 app.command("status")(status_command)
 app.command("monitor")(monitor_command)
+app.add_typer(backfill_app, name="backfill")
+app.command("audit")(audit_command)
 
 
 @app.callback()

@@ -1,0 +1,180 @@
+"""`backfill plan`: the fire times a schedule should have run in a window and has no outbox
+record for.
+
+Expected times are Temporal's own evaluation of the schedule's spec (ListScheduleMatchingTimes):
+cronwarden never evaluates a cron itself. The plan is a stream: one page of matching times (at
+most 1000) becomes one set-based outbox query, and only the missing times are kept, as 8-byte
+integers. A year of minutely fires is planned without ever holding a Python object per key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from array import array
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+from google.protobuf.timestamp_pb2 import Timestamp
+from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
+from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleDescription
+
+from activities.contract import logical_key
+from cronwarden.errors import CronwardenError
+from schedules.apply import NotManaged, describe_or_none, is_managed
+from schedules.window import Window
+from store import outbox
+from workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
+
+
+class UnknownSchedule(CronwardenError):
+    """No schedule with this id exists in Temporal."""
+
+
+@dataclass(frozen=True)
+class ManagedSchedule:
+    """What backfill and audit need from a described cronwarden schedule."""
+
+    schedule_id: str
+    description: ScheduleDescription
+    run_input: ScheduledRunInput
+    """The input the schedule's action starts its runs with (what replays start with too)."""
+    task_queue: str
+    execution_timeout: timedelta | None
+
+    @property
+    def created_at(self) -> datetime:
+        return self.description.info.created_at
+
+
+async def load_managed(client: Client, schedule_id: str) -> ManagedSchedule:
+    """Describe the schedule; refuse one that cronwarden did not create (its runs are not ours
+    to replay, and its outbox rows, if any, would mean nothing)."""
+    desc = await describe_or_none(client, schedule_id)
+    if desc is None:
+        raise UnknownSchedule(f"no schedule '{schedule_id}' in Temporal")
+    action = desc.schedule.action
+    if (
+        not await is_managed(desc)
+        or not isinstance(action, ScheduleActionStartWorkflow)
+        or action.workflow != WORKFLOW_NAME
+        or len(action.args) != 1
+    ):
+        raise NotManaged(
+            f"schedule '{schedule_id}' was not created by cronwarden: backfill and audit only "
+            "work on schedules that `cronwarden schedules apply` manages"
+        )
+    # Described schedules carry raw payloads: decode through the client's data converter, so a
+    # payload codec (encryption) configured on the client is applied the way the worker does.
+    [run_input] = await client.data_converter.decode(list(action.args), [ScheduledRunInput])
+    assert isinstance(run_input, ScheduledRunInput)
+    return ManagedSchedule(
+        schedule_id=schedule_id,
+        description=desc,
+        run_input=run_input,
+        task_queue=action.task_queue,
+        execution_timeout=action.execution_timeout,
+    )
+
+
+async def matching_times(
+    client: Client, schedule_id: str, window: Window
+) -> AsyncGenerator[list[int], None]:
+    """Temporal's matching times in the window, as pages of epoch seconds, ascending.
+
+    The server answers times in (start_time, end_time]: start exclusive, end inclusive, at most
+    1000 per call (service/worker/scheduler handleListMatchingTimesQuery). Asking from one
+    second before the window's start therefore includes a fire at exactly `start` (fire times
+    are whole seconds), and the next page asks from the last time returned, which it excludes.
+    We stop on an empty page rather than on a short one, so a server that caps pages lower than
+    1000 cannot end the stream early.
+    """
+    if window.empty:
+        return
+    after = _timestamp(window.start - timedelta(seconds=1))
+    end = _timestamp(window.end)
+    start_s, end_s = int(window.start.timestamp()), int(window.end.timestamp())
+    while True:
+        response = await client.workflow_service.list_schedule_matching_times(
+            ListScheduleMatchingTimesRequest(
+                namespace=client.namespace, schedule_id=schedule_id, start_time=after, end_time=end
+            )
+        )
+        times = response.start_time
+        if not times:
+            return
+        # Defensive: fire times carry no fraction without jitter, and cronwarden sets none;
+        # the key truncates to the second exactly like this.
+        page = [t.seconds for t in times if start_s <= t.seconds <= end_s]
+        if page:
+            yield page
+        after = times[-1]
+
+
+@dataclass
+class Plan:
+    schedule_id: str
+    window: Window
+    """The window actually planned: clamped to the schedule's creation time."""
+    expected: int
+    done: int
+    missing: array[int]
+    """Fire times without an outbox record, epoch seconds, ascending."""
+
+    def counts_json(self) -> dict[str, Any]:
+        return {
+            "schedule_id": self.schedule_id,
+            "window": self.window.as_json(),
+            "expected": self.expected,
+            "done": self.done,
+            "missing": len(self.missing),
+        }
+
+    def missing_times(self) -> Iterator[datetime]:
+        """One at a time: a replay of a whole year holds no datetime per key."""
+        return (datetime.fromtimestamp(s, UTC) for s in self.missing)
+
+    def missing_keys(self) -> list[str]:
+        return [logical_key(self.schedule_id, t) for t in self.missing_times()]
+
+
+async def plan(
+    client: Client, pool: asyncpg.Pool, schedule: ManagedSchedule, window: Window
+) -> Plan:
+    """The plan for the window, clamped to the schedule's creation: no fire was due before."""
+    return await plan_window(
+        client, pool, schedule.schedule_id, window.clamped_to(schedule.created_at)
+    )
+
+
+async def plan_window(client: Client, pool: asyncpg.Pool, schedule_id: str, window: Window) -> Plan:
+    """Expected minus done over exactly `window`: one matching-times page, one query."""
+    result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
+    pages = matching_times(client, schedule_id, window)
+    # The next page is fetched from Temporal while Postgres subtracts the current one: the two
+    # round trips overlap, and at most two pages are held at once.
+    upcoming = asyncio.ensure_future(anext(pages, None))
+    try:
+        async with pool.acquire() as conn:
+            while (page := await upcoming) is not None:
+                upcoming = asyncio.ensure_future(anext(pages, None))
+                missing = await outbox.missing_fire_times(conn, schedule_id, page)
+                result.expected += len(page)
+                result.done += len(page) - len(missing)
+                result.missing.extend(missing)
+    finally:
+        if not upcoming.done():
+            upcoming.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await upcoming
+        await pages.aclose()
+    return result
+
+
+def _timestamp(value: datetime) -> Timestamp:
+    ts = Timestamp()
+    ts.FromDatetime(value.astimezone(UTC))
+    return ts

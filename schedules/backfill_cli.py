@@ -1,0 +1,279 @@
+"""`cronwarden backfill plan|run` and `cronwarden audit`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from cronwarden.cli_support import err, load_settings, out, run_command
+from cronwarden.errors import EXIT_FAILED, CronwardenError, InvalidInput
+from schedules.window import Window, make_window, parse_instant, parse_since
+
+if TYPE_CHECKING:
+    # Imported for types only: the CLI starts without loading the Temporal SDK or asyncpg.
+    import asyncpg
+    from temporalio.client import Client
+
+    from schedules.backfill import ManagedSchedule, Plan
+
+backfill_app = typer.Typer(
+    help="List the fire times that never committed, and replay exactly those.",
+    no_args_is_help=True,
+)
+
+# Above this many keys, `backfill run` asks before replaying (or needs --yes).
+CONFIRM_ABOVE = 100
+
+ScheduleId = Annotated[str, typer.Argument(help="Schedule id.")]
+Start = Annotated[
+    str, typer.Option("--start", help="Window start: ISO 8601 with a zone, `now` or `-2h`.")
+]
+End = Annotated[str, typer.Option("--end", help="Window end (inclusive), at most `now`.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+@dataclass
+class Context:
+    client: Client
+    pool: asyncpg.Pool
+    schedule: ManagedSchedule
+
+
+@asynccontextmanager
+async def _connected(schedule_id: str) -> AsyncIterator[Context]:
+    from cronwarden import temporal
+    from schedules.backfill import load_managed
+    from store.pool import create_pool
+
+    settings = load_settings()
+    client = await temporal.connect(settings)
+    schedule = await load_managed(client, schedule_id)
+    pool = await create_pool(settings.dsn, max_size=2)
+    try:
+        yield Context(client, pool, schedule)
+    finally:
+        await pool.close()
+
+
+def _window(start: str, end: str) -> Window:
+    now = datetime.now(UTC)
+    return make_window(
+        parse_instant(start, now=now, what="--start"),
+        parse_instant(end, now=now, what="--end"),
+        now=now,
+    )
+
+
+def plan_json(p: Plan) -> dict[str, Any]:
+    return p.counts_json() | {"missing_keys": p.missing_keys()}
+
+
+def _print_plan(p: Plan, requested: Window, *, keys: bool) -> None:
+    window = p.window.as_json()
+    out.print(f"{p.schedule_id}: window {window['start']} .. {window['end']}")
+    if p.window.start != requested.start:
+        out.print("  (starts after the schedule's creation: no fire was due before it)")
+    out.print(f"expected {p.expected}, done {p.done}, missing {len(p.missing)}")
+    if keys:
+        for key in p.missing_keys():
+            out.print(f"  {key}")
+
+
+@backfill_app.command("plan")
+def backfill_plan(schedule_id: ScheduleId, start: Start, end: End, as_json: AsJson = False) -> None:
+    """List the fire times in the window that have no outbox record (never committed)."""
+
+    async def go() -> None:
+        from schedules.backfill import plan
+
+        window = _window(start, end)
+        async with _connected(schedule_id) as ctx:
+            p = await plan(ctx.client, ctx.pool, ctx.schedule, window)
+        if as_json:
+            out.print_json(json.dumps(plan_json(p)))
+        else:
+            _print_plan(p, window, keys=True)
+
+    run_command(go)
+
+
+@backfill_app.command("run")
+def backfill_run(
+    schedule_id: ScheduleId,
+    start: Start,
+    end: End,
+    concurrency: Annotated[int, typer.Option(min=1, max=64, help="Replays in flight at once.")] = 4,
+    lock_wait: Annotated[
+        str,
+        typer.Option(help="How long a replay keeps retrying while the schedule's lease is held."),
+    ] = "60s",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would be replayed, start nothing.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help=f"Replay more than {CONFIRM_ABOVE} keys without asking.")
+    ] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Replay every fire time of the window that has no outbox record, and wait for each."""
+
+    async def go() -> int:
+        from schedules.backfill import plan
+        from schedules.durations import parse_duration
+        from schedules.replay import FAILED, replay_workflow_id
+
+        window = _window(start, end)
+        try:
+            wait_seconds = parse_duration(lock_wait).total_seconds()
+        except ValueError as exc:
+            raise InvalidInput(f"--lock-wait: {exc}") from None
+        async with _connected(schedule_id) as ctx:
+            p = await plan(ctx.client, ctx.pool, ctx.schedule, window)
+            if not as_json:
+                _print_plan(p, window, keys=False)
+            if dry_run:
+                _print_dry_run(p, as_json, replay_workflow_id)
+                return 0
+            if not p.missing:
+                if as_json:
+                    out.print_json(json.dumps(_run_json(p, None)))
+                else:
+                    out.print("nothing to replay")
+                return 0
+            _confirm(len(p.missing), yes)
+            summary = await _replay_with_progress(ctx, p, concurrency, wait_seconds)
+        if as_json:
+            out.print_json(json.dumps(_run_json(p, summary)))
+        else:
+            counts = summary.counts
+            out.print(", ".join(f"{name} {n}" for name, n in counts.items()))
+            for failure in summary.failures:
+                out.print(f"  failed {failure.logical_key}: {failure.detail}")
+            if counts["overlap-locked"]:
+                out.print(
+                    "overlap-locked keys found the schedule's lease held for the whole "
+                    "--lock-wait; run the same command again to retry them"
+                )
+        return EXIT_FAILED if summary.counts[FAILED] else 0
+
+    code = run_command(go)
+    if code:
+        raise typer.Exit(code)
+
+
+def _print_dry_run(p: Plan, as_json: bool, workflow_id: Any) -> None:
+    pairs = [
+        (k, workflow_id(p.schedule_id, t))
+        for k, t in zip(p.missing_keys(), p.missing_times(), strict=True)
+    ]
+    if as_json:
+        data = plan_json(p) | {"dry_run": True, "workflow_ids": [w for _, w in pairs]}
+        out.print_json(json.dumps(data))
+        return
+    for key, wid in pairs:
+        out.print(f"  would replay {key} as {wid}")
+    out.print("dry run: nothing started")
+
+
+def _confirm(n: int, yes: bool) -> None:
+    if n <= CONFIRM_ABOVE or yes:
+        return
+    if not sys.stdin.isatty():
+        raise InvalidInput(
+            f"{n} keys to replay (more than {CONFIRM_ABOVE}): pass --yes to replay them "
+            "without a prompt"
+        )
+    if not typer.confirm(f"Replay {n} keys?", err=True):
+        raise _Declined("nothing replayed")
+
+
+class _Declined(CronwardenError):
+    """The operator answered no: nothing was replayed."""
+
+
+async def _replay_with_progress(ctx: Context, p: Plan, concurrency: int, lock_wait: float) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from schedules.replay import replay_all
+
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    with progress:
+        task = progress.add_task("replaying", total=len(p.missing))
+        return await replay_all(
+            ctx.client,
+            ctx.schedule,
+            p.missing_times(),
+            concurrency=concurrency,
+            lock_wait=lock_wait,
+            on_result=lambda _: progress.advance(task),
+        )
+
+
+def _run_json(p: Plan, summary: Any) -> dict[str, Any]:
+    from schedules.replay import OUTCOMES
+
+    counts = summary.counts if summary is not None else dict.fromkeys(OUTCOMES, 0)
+    return p.counts_json() | {
+        "summary": counts,
+        "failed": [
+            {"logical_key": f.logical_key, "workflow_id": f.workflow_id, "error": f.detail}
+            for f in (summary.failures if summary is not None else [])
+        ],
+    }
+
+
+def audit_command(
+    schedule_id: ScheduleId,
+    since: Annotated[
+        str, typer.Option("--since", help="Window start: `7d` (7 days ago), `-2h` or ISO 8601.")
+    ] = "1d",
+    as_json: AsJson = False,
+) -> None:
+    """What should have run vs what committed, what is running, and what Temporal skipped."""
+
+    async def go() -> None:
+        from schedules.audit import audit
+
+        now = datetime.now(UTC)
+        window = make_window(parse_since(since, now=now), now, now=now)
+        async with _connected(schedule_id) as ctx:
+            result = await audit(ctx.client, ctx.pool, ctx.schedule, window)
+        data = result.as_json()
+        if as_json:
+            out.print_json(json.dumps(data))
+            return
+        w, t = data["window"], data["temporal"]
+        out.print(f"{schedule_id}: window {w['start']} .. {w['end']}")
+        out.print(
+            f"should have run {data['expected']}: committed {data['committed']}, "
+            f"running {data['in_flight']}, missing {data['missing']}"
+        )
+        if data["committed_off_spec"]:
+            out.print(f"committed at other times (manual triggers): {data['committed_off_spec']}")
+        out.print(
+            f"Temporal, since the schedule was created: {t['actions_total']} actions, "
+            f"{t['skipped_overlap_total']} skipped (overlap), "
+            f"{t['missed_catchup_window_total']} missed (catchup window)"
+            + (", paused" if t["paused"] else "")
+        )
+        for key in data["in_flight_keys"]:
+            out.print(f"  running {key}")
+        for key in data["missing_keys"]:
+            out.print(f"  missing {key}")
+
+    run_command(go)

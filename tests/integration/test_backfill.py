@@ -1,0 +1,413 @@
+"""Backfill and audit against real schedules: an outage leaves fires without an outbox record,
+`backfill plan` lists exactly those, `backfill run` replays them once, and nothing replays twice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleHandle,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+)
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
+
+from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, logical_key
+from cronwarden.embedded import EmbeddedTemporal, free_port
+from schedules.apply import apply_definitions
+from schedules.backfill import load_managed, plan
+from schedules.replay import REPLAYED, replay_all, replay_one, replay_workflow_id
+from schedules.window import Window
+from tests.integration.conftest import fetch, in_process_worker, wait_for
+from tests.integration.test_cli import cli
+from tests.integration.test_guard import effects
+from tests.integration.test_scheduled_runs import definition
+
+pytestmark = pytest.mark.integration
+
+
+def iso(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def committed(pool: asyncpg.Pool, schedule_id: str) -> dict[datetime, str]:
+    rows = await fetch(
+        pool,
+        "SELECT fire_time, logical_key FROM cronwarden.outbox WHERE schedule_id = $1",
+        schedule_id,
+    )
+    return {r["fire_time"]: r["logical_key"] for r in rows}
+
+
+async def effects_per_key(pool: asyncpg.Pool, schedule_id: str) -> dict[str, int]:
+    rows = await fetch(
+        pool,
+        "SELECT logical_key, count(*) AS n FROM test_effects WHERE logical_key LIKE $1 GROUP BY 1",
+        f"{schedule_id}@%",
+    )
+    return {r["logical_key"]: r["n"] for r in rows}
+
+
+async def clock_past(moment: datetime) -> bool:
+    return datetime.now(UTC) > moment
+
+
+def every_two_seconds(created_at: datetime, end: datetime) -> set[datetime]:
+    """The fires of `every: 2s` computed without Temporal: Temporal's intervals are aligned to
+    the epoch, and a schedule fires only strictly after its creation."""
+    first = int(created_at.timestamp()) + 1
+    first += first % 2
+    return {datetime.fromtimestamp(s, UTC) for s in range(first, int(end.timestamp()) + 1, 2)}
+
+
+async def cli_json(env: dict[str, str], *args: str) -> Any:
+    result = await cli(env, *args, "--json")
+    assert result.code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+async def test_an_outage_is_planned_exactly_replayed_once_and_then_plans_empty(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+) -> None:
+    defn = definition(schedule_id, every="2s", catchup_window="10s", overlap="skip")
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        created_at = (await handle.describe()).info.created_at
+        # The outage: no worker at all for longer than the catchup window. The first fire's run
+        # waits for a worker; every fire after it is dropped by Temporal (skip overlap).
+        await wait_for(
+            lambda: clock_past(created_at + timedelta(seconds=14)), timeout=20, what="outage"
+        )
+        async with in_process_worker(client, pool, task_queue):
+            recovered_at = datetime.now(UTC)
+            await wait_for(
+                lambda: _committed_after(pool, schedule_id, recovered_at),
+                timeout=30,
+                what="fires after the outage",
+            )
+            await handle.pause(note="test: freeze the window")
+            end = max(await committed(pool, schedule_id))
+            await _check_outage_is_replayed(
+                client, pool, handle, cli_env, schedule_id, created_at, end
+            )
+    finally:
+        await handle.delete()
+
+
+async def test_fires_dropped_beyond_the_catchup_window_are_planned_and_replayed_once(
+    tmp_path: Path,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+) -> None:
+    # The whole of Temporal goes down (a private server, restarted on its own database): when
+    # it comes back, fires older than the 10 s catchup window are dropped and only counted.
+    server = EmbeddedTemporal(
+        port=free_port(), ui_port=None, db_file=tmp_path / "t.db", log_file=tmp_path / "t.log"
+    )
+    await asyncio.to_thread(server.start)
+    try:
+        client = await Client.connect(server.address)
+        defn = definition(schedule_id, every="2s", catchup_window="10s", overlap="skip")
+        async with in_process_worker(client, pool, task_queue):
+            await apply_definitions(client, pool, [defn], task_queue=task_queue)
+            await wait_for(
+                lambda: _committed_after(pool, schedule_id, None), timeout=30, what="2 fires"
+            )
+        await asyncio.to_thread(server.stop)
+        down_at = datetime.now(UTC)
+        await wait_for(
+            lambda: clock_past(down_at + timedelta(seconds=16)), timeout=25, what="the outage"
+        )
+        await asyncio.to_thread(server.start)
+        client = await Client.connect(server.address)
+        handle = client.get_schedule_handle(schedule_id)
+        async with in_process_worker(client, pool, task_queue):
+            up_at = datetime.now(UTC)
+            await wait_for(
+                lambda: _committed_after(pool, schedule_id, up_at), timeout=30, what="recovery"
+            )
+            await handle.pause(note="test: freeze the window")
+            description = await handle.describe()
+            end = max(await committed(pool, schedule_id))
+            env = cli_env | {"CRONWARDEN_TEMPORAL_ADDRESS": server.address}
+            await _check_outage_is_replayed(
+                client, pool, handle, env, schedule_id, description.info.created_at, end
+            )
+        assert description.info.num_actions_missed_catchup_window >= 3
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+async def _committed_after(pool: asyncpg.Pool, schedule_id: str, moment: datetime | None) -> bool:
+    """At least two fires committed (after `moment`, when given)."""
+    times = await committed(pool, schedule_id)
+    return sum(moment is None or t > moment for t in times) >= 2
+
+
+async def _check_outage_is_replayed(
+    client: Client,
+    pool: asyncpg.Pool,
+    handle: ScheduleHandle,
+    env: dict[str, str],
+    schedule_id: str,
+    created_at: datetime,
+    end: datetime,
+) -> None:
+    window = ["--start", iso(created_at - timedelta(minutes=1)), "--end", iso(end)]
+    done_before = await committed(pool, schedule_id)
+    expected = every_two_seconds(created_at, end)
+    missing = sorted(expected - set(done_before))
+    assert len(missing) >= 4, "the outage should have dropped several fires"
+
+    before = await cli_json(env, "backfill", "plan", schedule_id, *window)
+    assert before["expected"] == len(expected)
+    assert before["done"] == len(expected) - len(missing)
+    assert before["missing_keys"] == [logical_key(schedule_id, t) for t in missing]
+    # The window asked for starts before the schedule existed: it is clamped to its creation.
+    assert before["window"]["start"] == iso(created_at + timedelta(seconds=1))
+
+    audited = await cli_json(env, "audit", schedule_id, "--since", iso(created_at))
+    assert audited["missing_keys"][: len(missing)] == before["missing_keys"]
+    # Temporal counted every fire it dropped (its counters are the schedule's lifetime totals).
+    counters = audited["temporal"]
+    assert counters["skipped_overlap_total"] + counters["missed_catchup_window_total"] >= len(
+        missing
+    )
+    assert audited["temporal"]["paused"] is True
+
+    replay = await cli_json(env, "backfill", "run", schedule_id, *window, "--yes")
+    assert replay["summary"] == {
+        REPLAYED: len(missing),
+        ALREADY_DONE: 0,
+        OVERLAP_LOCKED: 0,
+        "failed": 0,
+    }
+
+    after = await cli_json(env, "backfill", "plan", schedule_id, *window)
+    assert (after["expected"], after["done"], after["missing"]) == (len(expected), len(expected), 0)
+    again = await cli_json(env, "backfill", "run", schedule_id, *window)
+    assert again["missing"] == 0
+    assert again["summary"][REPLAYED] == 0
+
+    counts = await effects_per_key(pool, schedule_id)
+    for fire_time in expected:
+        assert counts.get(logical_key(schedule_id, fire_time)) == 1, fire_time
+    rows = await fetch(
+        pool,
+        "SELECT fire_time, workflow_id FROM cronwarden.outbox WHERE schedule_id = $1",
+        schedule_id,
+    )
+    replayed_ids = {r["workflow_id"] for r in rows if r["fire_time"] in set(missing)}
+    assert replayed_ids == {replay_workflow_id(schedule_id, t) for t in missing}
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def missed(
+    request: pytest.FixtureRequest,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    worker: Worker,
+) -> AsyncIterator[Window]:
+    """A schedule paused at once, with a worker running: every fire time of the window this
+    yields (at least six) has no outbox record. Parametrize it (indirect) with more fields of
+    the schedule's definition."""
+    fields: dict[str, Any] = getattr(request, "param", {})
+    await apply_definitions(
+        client, pool, [definition(schedule_id, every="1s", **fields)], task_queue=task_queue
+    )
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        await handle.pause(note="test")
+        created_at = (await handle.describe()).info.created_at
+        end = created_at + timedelta(seconds=7)
+        await wait_for(lambda: clock_past(end), timeout=20, what="the window to pass")
+        yield Window(created_at.replace(microsecond=0), end.replace(microsecond=0))
+    finally:
+        await handle.delete()
+
+
+async def test_running_backfill_twice_at_once_applies_each_key_once(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    window = missed
+    args = ["--start", iso(window.start), "--end", iso(window.end), "--concurrency", "3"]
+    first, second = await asyncio.gather(
+        cli_json(cli_env, "backfill", "run", schedule_id, *args),
+        cli_json(cli_env, "backfill", "run", schedule_id, *args),
+    )
+    schedule = await load_managed(client, schedule_id)
+    keys = sorted(await committed(pool, schedule_id))
+    # Replaying the same keys once more, sequentially: every one is already done.
+    later = await replay_all(client, schedule, keys, concurrency=2, lock_wait=10)
+
+    rows = await fetch(
+        pool,
+        "SELECT logical_key FROM cronwarden.outbox WHERE schedule_id = $1 AND workflow_id LIKE $2",
+        schedule_id,
+        f"{schedule_id}-replay-%",
+    )
+    assert len(rows) >= 6
+    for report in (first, second):
+        assert report["summary"]["failed"] == report["summary"][OVERLAP_LOCKED] == 0
+    # Each key was run by exactly one of the two commands; the other saw it done.
+    assert first["summary"][REPLAYED] + second["summary"][REPLAYED] == len(rows)
+    assert later.counts[ALREADY_DONE] == len(keys)
+    assert later.counts[REPLAYED] == 0
+    counts = await effects_per_key(pool, schedule_id)
+    assert sorted(counts.values()) == [1] * len(keys)
+
+
+async def test_a_replay_racing_the_live_run_of_its_key_applies_once(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    # Each run holds the schedule's lease for 3 s: the replay of the key being run finds it held.
+    defn = definition(schedule_id, every="10s", args={"sleep": 3})
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+
+        async def live_key() -> str | None:
+            rows = await fetch(
+                pool,
+                "SELECT logical_key FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL",
+                f"schedule:{schedule_id}",
+            )
+            return rows[0]["logical_key"] if rows else None
+
+        held = await wait_for(live_key, timeout=30, what="a live run holding the lease")
+        assert held is not None
+        key = held
+        fire_time = datetime.strptime(key.split("@")[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        schedule = await load_managed(client, schedule_id)
+        result = await replay_one(client, schedule, fire_time, lock_wait=20)
+        await wait_for(lambda: _done(pool, key), timeout=30, what="the live run to commit")
+    finally:
+        await handle.delete()
+    assert result.outcome == ALREADY_DONE
+    assert await effects(pool, key) == 1
+
+
+async def _done(pool: asyncpg.Pool, key: str) -> bool:
+    rows = await fetch(pool, "SELECT 1 FROM cronwarden.outbox WHERE logical_key = $1", key)
+    return bool(rows)
+
+
+async def test_a_dry_run_starts_nothing(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    window = missed
+    schedule = await load_managed(client, schedule_id)
+    planned = await plan(client, pool, schedule, window)
+    report = await cli_json(
+        cli_env,
+        "backfill",
+        "run",
+        schedule_id,
+        "--start",
+        iso(window.start),
+        "--end",
+        iso(window.end),
+        "--dry-run",
+    )
+    assert report["dry_run"] is True
+    assert report["missing_keys"] == planned.missing_keys()
+    assert len(report["workflow_ids"]) == len(planned.missing) >= 3
+    for workflow_id in report["workflow_ids"]:
+        with pytest.raises(RPCError) as exc_info:
+            await client.get_workflow_handle(workflow_id).describe()
+        assert exc_info.value.status == RPCStatusCode.NOT_FOUND
+    assert await committed(pool, schedule_id) == {}
+
+
+@pytest.mark.parametrize(
+    "missed", [{"args": {"fail_attempts": 99}, "max_attempts": 1}], indirect=True
+)
+async def test_a_run_whose_replays_fail_reports_each_and_exits_1(
+    pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    result = await cli(
+        cli_env,
+        "backfill",
+        "run",
+        schedule_id,
+        "--start",
+        iso(missed.start),
+        "--end",
+        iso(missed.end),
+        "--json",
+    )
+    assert result.code == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["missing"] >= 6
+    assert report["summary"]["failed"] == report["missing"]
+    assert all("probe failing on purpose" in f["error"] for f in report["failed"])
+    assert await committed(pool, schedule_id) == {}
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "message"),
+    [
+        ("-1h", "2999-01-01T00:00:00Z", "the window ends in the future"),
+        ("-1h", "-2h", "the window is empty"),
+        ("now", "now", "the window is empty"),
+        ("yesterday", "now", "--start 'yesterday' is not a time"),
+        ("2026-01-01T00:00:00", "now", "has no time zone"),
+    ],
+)
+async def test_a_bad_window_exits_2_naming_the_problem(
+    cli_env: dict[str, str], start: str, end: str, message: str
+) -> None:
+    for command in ("plan", "run"):
+        result = await cli(
+            cli_env, "backfill", command, "any-schedule", "--start", start, "--end", end
+        )
+        assert result.code == 2, result
+        assert result.stderr.startswith("error: ")
+        assert message in result.stderr
+
+
+async def test_an_unknown_or_foreign_schedule_is_refused(
+    client: Client, cli_env: dict[str, str], schedule_id: str
+) -> None:
+    unknown = await cli(cli_env, "backfill", "plan", schedule_id, "--start", "-1h", "--end", "now")
+    assert unknown.code == 1
+    assert f"no schedule '{schedule_id}'" in unknown.stderr
+    audited = await cli(cli_env, "audit", schedule_id)
+    assert audited.code == 1
+
+    foreign = await client.create_schedule(
+        schedule_id,
+        Schedule(
+            action=ScheduleActionStartWorkflow("Other", id="x", task_queue="elsewhere"),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
+        ),
+    )
+    try:
+        result = await cli(
+            cli_env, "backfill", "run", schedule_id, "--start", "-1h", "--end", "now"
+        )
+    finally:
+        await foreign.delete()
+    assert result.code == 1
+    assert "was not created by cronwarden" in result.stderr

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cronwarden.errors import InvalidInput
+from schedules.audit import fire_time_of
+from schedules.backfill_cli import _confirm
+from schedules.window import Window, make_window, parse_instant, parse_since
+
+NOW = datetime(2026, 11, 30, 4, 0, 30, 250_000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("now", NOW),
+        (" NOW ", NOW),
+        ("-2h", NOW - timedelta(hours=2)),
+        ("-90s", NOW - timedelta(seconds=90)),
+        ("-7d", NOW - timedelta(days=7)),
+        ("2026-11-29T10:00:00Z", datetime(2026, 11, 29, 10, tzinfo=UTC)),
+        ("2026-11-29T12:00:00+02:00", datetime(2026, 11, 29, 10, tzinfo=UTC)),
+        ("2026-11-29 10:00Z", datetime(2026, 11, 29, 10, tzinfo=UTC)),
+    ],
+)
+def test_an_instant_is_now_relative_or_iso_with_a_zone(text: str, expected: datetime) -> None:
+    value = parse_instant(text, now=NOW, what="--start")
+    assert value == expected
+    assert value.tzinfo == UTC
+
+
+def test_an_iso_time_without_a_zone_is_refused_rather_than_guessed() -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        parse_instant("2026-11-29T10:00:00", now=NOW, what="--start")
+    assert str(exc_info.value) == (
+        "--start '2026-11-29T10:00:00' has no time zone: cronwarden works in UTC, write it "
+        "with a Z (e.g. 2026-11-29T10:00:00Z)"
+    )
+
+
+@pytest.mark.parametrize("text", ["yesterday", "+2h", "-2x", "-", "2h"])
+def test_an_unreadable_instant_names_the_option_and_the_value(text: str) -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        parse_instant(text, now=NOW, what="--end")
+    assert str(exc_info.value).startswith(f"--end '{text}'")
+
+
+def test_since_reads_a_bare_duration_as_that_long_ago() -> None:
+    assert parse_since("7d", now=NOW) == NOW - timedelta(days=7)
+    assert parse_since("-2h", now=NOW) == NOW - timedelta(hours=2)
+    assert parse_since("2026-11-29T00:00:00Z", now=NOW) == datetime(2026, 11, 29, tzinfo=UTC)
+
+
+def test_a_window_is_whole_seconds_inside_its_bounds() -> None:
+    window = make_window(NOW - timedelta(hours=1), NOW, now=NOW)
+    # The start rounds up and the end down: no second outside the asked window is planned.
+    assert window.start == datetime(2026, 11, 30, 3, 0, 31, tzinfo=UTC)
+    assert window.end == datetime(2026, 11, 30, 4, 0, 30, tzinfo=UTC)
+
+
+def test_a_window_may_end_now_but_not_later() -> None:
+    make_window(NOW - timedelta(hours=1), NOW, now=NOW)
+    with pytest.raises(InvalidInput, match="ends in the future"):
+        make_window(NOW - timedelta(hours=1), NOW + timedelta(seconds=1), now=NOW)
+
+
+@pytest.mark.parametrize("end_offset", [timedelta(0), timedelta(seconds=-1)])
+def test_a_window_whose_end_is_not_after_its_start_is_refused(end_offset: timedelta) -> None:
+    start = NOW - timedelta(hours=1)
+    with pytest.raises(InvalidInput, match="the window is empty"):
+        make_window(start, start + end_offset, now=NOW)
+
+
+def test_clamping_to_creation_keeps_only_fires_strictly_after_it() -> None:
+    window = Window(datetime(2026, 11, 30, 3, tzinfo=UTC), datetime(2026, 11, 30, 4, tzinfo=UTC))
+    created = datetime(2026, 11, 30, 3, 30, 0, 400_000, tzinfo=UTC)
+    assert window.clamped_to(created).start == datetime(2026, 11, 30, 3, 30, 1, tzinfo=UTC)
+    on_the_second = datetime(2026, 11, 30, 3, 30, tzinfo=UTC)
+    assert window.clamped_to(on_the_second).start == datetime(2026, 11, 30, 3, 30, 1, tzinfo=UTC)
+    assert window.clamped_to(window.start - timedelta(days=1)) == window
+    assert window.clamped_to(window.end + timedelta(hours=1)).empty
+
+
+@pytest.mark.parametrize(
+    ("workflow_id", "expected"),
+    [
+        ("nightly-2026-11-30T04:00:00Z", datetime(2026, 11, 30, 4, tzinfo=UTC)),
+        ("nightly-replay-2026-11-30T04:00:00Z", datetime(2026, 11, 30, 4, tzinfo=UTC)),
+        ("nightly-eu-2026-11-30T04:00:00Z", None),
+        ("nightly-replay-2026-11-30T04:00:00Z-abc", None),
+        ("other-2026-11-30T04:00:00Z", None),
+    ],
+)
+def test_a_run_workflow_id_names_its_fire_time_only_for_its_own_schedule(
+    workflow_id: str, expected: datetime | None
+) -> None:
+    assert fire_time_of("nightly", workflow_id) == expected
+
+
+def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer() -> None:
+    _confirm(100, yes=False)
+    _confirm(5000, yes=True)
+    with pytest.raises(InvalidInput, match="pass --yes"):
+        _confirm(101, yes=False)
