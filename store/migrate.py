@@ -18,6 +18,9 @@ from cronwarden.errors import CronwardenError
 
 # Arbitrary but fixed: the key every cronwarden process locks before touching the schema.
 MIGRATION_LOCK_KEY = 0x63726F6E77617264  # "cronward"
+# The application name of a `migrate --check` connection, so a waiting init container can be
+# told apart from the workers in pg_stat_activity.
+CHECK_APPLICATION_NAME = "cronwarden-migrate-check"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
