@@ -67,12 +67,13 @@ async def test_check_waits_for_the_migrations_to_land(
         applied = await migrate(observer)
         assert applied == available_migrations()
         out, err = await asyncio.wait_for(waiting.communicate(), timeout=60)
+        code = await waiting.wait()
     finally:
         await observer.close()
         if waiting.returncode is None:
             waiting.kill()
             await waiting.wait()
-    assert waiting.returncode == 0, err.decode()
+    assert code == 0, err.decode()
     assert out.decode().strip() == "database is up to date"
 
 
