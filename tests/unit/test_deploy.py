@@ -161,6 +161,28 @@ def test_the_compose_worker_scales_and_drains_and_only_migrate_is_the_migrator()
     assert "./deploy/sql/roles.sql" in init_scripts
 
 
+def test_the_compose_stack_checks_postgres_over_tcp_retries_one_shots_and_binds_loopback() -> None:
+    services = compose()["services"]
+    check = " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "pg_isready" in check and "-h 127.0.0.1" in check
+    long_running = {"worker", "monitor"}
+    one_shots = {n for n, svc in services.items() if "build" in svc and n not in long_running}
+    assert one_shots == {"migrate", "schedules-apply"}
+    awaited = {
+        dep
+        for svc in services.values()
+        for dep, cond in (svc.get("depends_on") or {}).items()
+        if cond.get("condition") == "service_completed_successfully"
+    }
+    assert awaited <= one_shots
+    for name in one_shots:
+        assert services[name]["restart"] == "on-failure", name
+    published = [(n, p) for n, svc in services.items() for p in svc.get("ports", [])]
+    assert {n for n, _ in published} == {"temporal-ui", "monitor"}
+    for name, port in published:
+        assert str(port).startswith("127.0.0.1:"), (name, port)
+
+
 # --- Kubernetes -------------------------------------------------------------------------------
 
 
