@@ -335,6 +335,27 @@ def test_only_the_migrate_job_gets_the_migrator_dsn(rendered: list[dict[str, Any
             assert key == expected, f"{name}/{c['name']}"
 
 
+def test_every_pod_that_connects_to_the_database_first_waits_for_the_migrations(
+    rendered: list[dict[str, Any]],
+) -> None:
+    connecting = {
+        name
+        for name, pod in pod_specs(rendered).items()
+        if any(env_secret_key(c, "CRONWARDEN_DATABASE_URL") for c in pod["containers"])
+    }
+    assert connecting == {
+        "cronwarden-migrate",
+        "cronwarden-worker",
+        "cronwarden-monitor",
+        "cronwarden-schedules-apply",
+    }
+    for name in connecting - {"cronwarden-migrate"}:
+        [first, *_] = pod_specs(rendered)[name].get("initContainers") or [{"args": []}]
+        assert first["args"][:3] == ["migrate", "--check", "--wait"], name
+        assert float(first["args"][3]) > 0, name
+        assert env_secret_key(first, "CRONWARDEN_DATABASE_URL") == "runtime-url", name
+
+
 def test_the_worker_probes_its_health_port_and_outlives_its_graceful_timeout(
     rendered: list[dict[str, Any]],
 ) -> None:
