@@ -356,6 +356,57 @@ def test_every_pod_that_connects_to_the_database_first_waits_for_the_migrations(
         assert env_secret_key(first, "CRONWARDEN_DATABASE_URL") == "runtime-url", name
 
 
+def configmaps_used(pod: dict[str, Any]) -> set[str]:
+    used = {
+        source["configMapRef"]["name"]
+        for c in containers(pod)
+        for source in c.get("envFrom", [])
+        if "configMapRef" in source
+    }
+    return used | {v["configMap"]["name"] for v in pod.get("volumes", []) if "configMap" in v}
+
+
+def test_the_configmap_names_carry_a_content_hash_so_a_change_rolls_the_pods(
+    tmp_path: Path,
+) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(KUBERNETES / "base", base)
+    before = render(base)
+    settings = by_name(before, "ConfigMap", "cronwarden-settings")["metadata"]["name"]
+    assert settings != "cronwarden-settings"  # a hash suffix
+    worker_before = pod_specs(before)["cronwarden-worker"]
+    assert settings in configmaps_used(worker_before)
+    rendered_maps = {d["metadata"]["name"] for d in before if d["kind"] == "ConfigMap"}
+    for name, pod in pod_specs(before).items():
+        assert configmaps_used(pod) <= rendered_maps, name
+    env = base / "settings.env"
+    runs = "CRONWARDEN_MAX_CONCURRENT_RUNS="
+    changed = env.read_text().replace(f"{runs}10", f"{runs}7")
+    assert changed != env.read_text()
+    env.write_text(changed)
+    after = render(base)
+    renamed = by_name(after, "ConfigMap", "cronwarden-settings")["metadata"]["name"]
+    assert renamed != settings
+    # A new name in the pod template is a new template: the Deployments roll.
+    for deployment in ("cronwarden-worker", "cronwarden-monitor"):
+        assert renamed in configmaps_used(pod_specs(after)[deployment]), deployment
+        assert settings not in configmaps_used(pod_specs(after)[deployment]), deployment
+
+
+def test_finished_jobs_expire_and_a_drain_evicts_one_worker_at_a_time(
+    rendered: list[dict[str, Any]],
+) -> None:
+    for job in ("cronwarden-migrate", "cronwarden-schedules-apply"):
+        assert by_name(rendered, "Job", job)["spec"]["ttlSecondsAfterFinished"] == 600, job
+    budget = by_name(rendered, "PodDisruptionBudget", "cronwarden-worker")
+    assert budget["spec"]["maxUnavailable"] == 1
+
+
+def test_the_example_namespace_enforces_the_restricted_pod_security_level() -> None:
+    [namespace] = [d for d in render(KUBERNETES / "example") if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
 def test_the_worker_probes_its_health_port_and_outlives_its_graceful_timeout(
     rendered: list[dict[str, Any]],
 ) -> None:
