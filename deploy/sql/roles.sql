@@ -11,9 +11,10 @@
 --                        sequences: no CREATE, ALTER or DROP. Two exceptions: the migration
 --                        ledger `schema_migrations` is read-only (so `migrate --check` cannot be
 --                        made to lie), and `outbox` has no DELETE (a deleted record would let its
---                        fire apply again; nothing in cronwarden deletes one). Workers, the
---                        monitor and every CLI command except `migrate` connect as this role
---                        (`schedules delete` removes heartbeat rows, hence DELETE there).
+--                        fire apply again; nothing in cronwarden deletes one). The deploy
+--                        files give it to the workers, the monitor and `schedules apply`; run
+--                        the other CLI commands with it too (`schedules delete` removes
+--                        heartbeat rows, hence DELETE there).
 --
 -- Neither role gets a password here: set one (ALTER ROLE cronwarden_runtime PASSWORD '...') or
 -- use your platform's IAM authentication. Your jobs' own tables are yours: grant the runtime role
