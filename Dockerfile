@@ -12,8 +12,12 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/cronwarden
 COPY . .
+# Exactly the pinned versions of requirements.lock, then cronwarden itself without resolving
+# anything more; `pip check` fails the build if the lock no longer satisfies pyproject.toml.
 # No extras: the dev/test tools and the embedded Temporal and Postgres servers stay out.
-RUN /opt/cronwarden/bin/pip install --no-cache-dir . \
+RUN /opt/cronwarden/bin/pip install --no-cache-dir -r requirements.lock \
+    && /opt/cronwarden/bin/pip install --no-cache-dir --no-deps . \
+    && /opt/cronwarden/bin/pip check \
     && /opt/cronwarden/bin/python -m compileall -q /opt/cronwarden
 
 # --- runtime ----------------------------------------------------------------------------------

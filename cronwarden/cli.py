@@ -68,12 +68,14 @@ def migrate(
         raise typer.BadParameter("--wait only applies with --check", param_hint="--wait")
 
     async def go() -> None:
+        from store.migrate import CHECK_APPLICATION_NAME, wait_until_migrated
         from store.migrate import migrate as run_migrations
-        from store.migrate import wait_until_migrated
         from store.pool import connect
 
         settings = load_settings()
-        conn = await connect(settings.dsn)
+        # A waiting check is visible in pg_stat_activity under its own name.
+        name = CHECK_APPLICATION_NAME if check else "cronwarden"
+        conn = await connect(settings.dsn, application_name=name)
         try:
             if check:
                 pending = await wait_until_migrated(conn, timeout=wait)

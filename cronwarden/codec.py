@@ -29,7 +29,13 @@ def load_payload_codec(spec: str) -> PayloadCodec:
         raise InvalidInput(f"CRONWARDEN_PAYLOAD_CODEC: {module_name} has no attribute {attr}")
     codec = target if isinstance(target, PayloadCodec) else None
     if codec is None and callable(target):
-        made = target()
+        try:
+            made = target()
+        except Exception as exc:  # the codec's own setup failed, e.g. its key is not configured
+            raise InvalidInput(
+                f"CRONWARDEN_PAYLOAD_CODEC: {spec.strip()} failed to make a codec: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         codec = made if isinstance(made, PayloadCodec) else None
     if codec is None:
         raise InvalidInput(

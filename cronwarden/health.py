@@ -45,13 +45,16 @@ class Readiness:
     """Each check's state: "ok", or why it is not."""
 
 
-async def _probe(check: Callable[[], Awaitable[Any]]) -> str:
+async def _probe(server: str, check: Callable[[], Awaitable[Any]]) -> str:
     try:
         await asyncio.wait_for(check(), PROBE_TIMEOUT_SECONDS)
     except TimeoutError:
         return f"no answer within {PROBE_TIMEOUT_SECONDS:g}s"
-    except Exception as exc:  # any failure means "not ready"; the reason goes in the body
-        return f"{type(exc).__name__}: {exc}".strip()
+    except Exception as exc:  # any failure means "not ready"
+        # The body is served to whoever reaches the port: it names the kind of failure only.
+        # The message, which may name internal hosts and ports, goes to the log.
+        log.warning("health.probe_failed", server=server, error=f"{type(exc).__name__}: {exc}")
+        return f"failed ({type(exc).__name__})"
     return OK
 
 
@@ -83,12 +86,13 @@ class WorkerReadiness:
             if time.monotonic() - self._probed_at >= self._cache_seconds:
                 temporal, postgres = await asyncio.gather(
                     _probe(
+                        "temporal",
                         lambda: self._client.workflow_service.get_system_info(
                             GetSystemInfoRequest(),
                             timeout=timedelta(seconds=PROBE_TIMEOUT_SECONDS),
-                        )
+                        ),
                     ),
-                    _probe(lambda: self._pool.fetchval("SELECT 1")),
+                    _probe("postgres", lambda: self._pool.fetchval("SELECT 1")),
                 )
                 self._servers = {"temporal": temporal, "postgres": postgres}
                 self._probed_at = time.monotonic()

@@ -18,7 +18,26 @@ from cronwarden.errors import CronwardenError
 
 # Arbitrary but fixed: the key every cronwarden process locks before touching the schema.
 MIGRATION_LOCK_KEY = 0x63726F6E77617264  # "cronward"
+# The application name of a `migrate --check` connection, so a waiting init container can be
+# told apart from the workers in pg_stat_activity.
+CHECK_APPLICATION_NAME = "cronwarden-migrate-check"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+# deploy/sql/roles.sql's runtime role, where it exists, gets DML on every table by default
+# privileges; these are its exceptions, applied here too because a table a migration creates after
+# roles.sql ran gets only the defaults. The migrator owns the tables, so it may revoke.
+_RUNTIME_EXCEPTIONS = """
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'cronwarden_runtime') THEN
+        REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON cronwarden.schema_migrations
+            FROM cronwarden_runtime;
+        REVOKE DELETE ON cronwarden.outbox FROM cronwarden_runtime;
+    END IF;
+END
+$$;
+"""
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,7 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
                     migration.checksum,
                 )
             applied_now.append(migration)
+        await conn.execute(_RUNTIME_EXCEPTIONS)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
     return applied_now

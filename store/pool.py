@@ -47,10 +47,13 @@ async def create_pool(
     return pool
 
 
-async def connect(dsn: str, *, timeout: float = 10.0) -> asyncpg.Connection:
+async def connect(
+    dsn: str, *, timeout: float = 10.0, application_name: str = "cronwarden"
+) -> asyncpg.Connection:
+    # The application name is what an operator (or a test) sees in pg_stat_activity.
     try:
         conn: Any = await asyncpg.connect(
-            dsn, timeout=timeout, server_settings={"application_name": "cronwarden"}
+            dsn, timeout=timeout, server_settings={"application_name": application_name}
         )
     except _CONNECT_ERRORS as exc:
         raise unreachable(dsn, exc) from exc

@@ -32,3 +32,8 @@ class CompressingCodec(PayloadCodec):
 
 
 NOT_A_CODEC = object()
+
+
+def codec_without_its_key() -> PayloadCodec:
+    """A codec factory whose configuration is missing, as an encrypting codec's key may be."""
+    raise LookupError("CODEC_KEY is not set")

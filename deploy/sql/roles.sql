@@ -8,8 +8,13 @@
 --   cronwarden_migrator  owns schema `cronwarden` and everything in it; `cronwarden migrate`
 --                        (the migrate Job) connects as this role and nothing else does.
 --   cronwarden_runtime   SELECT/INSERT/UPDATE/DELETE on cronwarden's tables and use of its
---                        sequences: no CREATE, ALTER or DROP. Workers, the monitor and the CLI
---                        connect as this role.
+--                        sequences: no CREATE, ALTER or DROP. Two exceptions: the migration
+--                        ledger `schema_migrations` is read-only (so `migrate --check` cannot be
+--                        made to lie), and `outbox` has no DELETE (a deleted record would let its
+--                        fire apply again; nothing in cronwarden deletes one). The deploy
+--                        files give it to the workers, the monitor and `schedules apply`; run
+--                        the other CLI commands with it too (`schedules delete` removes
+--                        heartbeat rows, hence DELETE there).
 --
 -- Neither role gets a password here: set one (ALTER ROLE cronwarden_runtime PASSWORD '...') or
 -- use your platform's IAM authentication. Your jobs' own tables are yours: grant the runtime role
@@ -33,6 +38,15 @@ $$;
 
 CREATE SCHEMA IF NOT EXISTS cronwarden AUTHORIZATION cronwarden_migrator;
 ALTER SCHEMA cronwarden OWNER TO cronwarden_migrator;
+
+-- The ledger, as `cronwarden migrate` creates it (same statement), so it exists before any
+-- migration ran and its read-only grant below holds whichever runs first.
+CREATE TABLE IF NOT EXISTS cronwarden.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
 
 -- Objects created before the roles existed pass to the migrator, so later migrations can alter
 -- them. A table hands its indexes and serial sequences over with it.
@@ -65,6 +79,16 @@ REVOKE ALL ON SCHEMA cronwarden FROM PUBLIC;
 GRANT USAGE ON SCHEMA cronwarden TO cronwarden_runtime;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA cronwarden TO cronwarden_runtime;
 GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA cronwarden TO cronwarden_runtime;
+-- The exceptions; `cronwarden migrate` applies the same ones (store/migrate.py) to an outbox
+-- created after this script ran.
+REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON cronwarden.schema_migrations FROM cronwarden_runtime;
+DO $$
+BEGIN
+    IF to_regclass('cronwarden.outbox') IS NOT NULL THEN
+        REVOKE DELETE ON cronwarden.outbox FROM cronwarden_runtime;
+    END IF;
+END
+$$;
 
 -- Tables and sequences that later migrations create (as the migrator) get the same grants.
 ALTER DEFAULT PRIVILEGES FOR ROLE cronwarden_migrator IN SCHEMA cronwarden

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 
 import asyncpg
 import pytest
+import structlog.testing
 from temporalio.client import Client
 
 from cronwarden.embedded import EmbeddedTemporal, free_port
@@ -58,15 +60,21 @@ async def test_the_health_endpoints_answer_as_specified(
 async def test_readiness_names_the_server_that_does_not_answer(
     temporal_server: EmbeddedTemporal, client: Client, database: str
 ) -> None:
-    dead_temporal = await Client.connect(f"127.0.0.1:{free_port()}", lazy=True)
+    dead_port = free_port()
+    dead_temporal = await Client.connect(f"127.0.0.1:{dead_port}", lazy=True)
     pool = await create_pool(database, max_size=2)
     readiness = WorkerReadiness(
         client=dead_temporal, pool=pool, polling=lambda: True, draining=lambda: False
     )
-    state = await readiness.check()
+    with structlog.testing.capture_logs() as logs:
+        state = await readiness.check()
     assert state.ready is False
     assert state.checks["postgres"] == "ok" and state.checks["worker"] == "ok"
-    assert state.checks["temporal"] != "ok"
+    # The body gives the kind of failure only; where it tried to connect goes to the log.
+    assert re.fullmatch(r"failed \(\w+\)|no answer within .*", state.checks["temporal"])
+    assert str(dead_port) not in state.checks["temporal"]
+    [failed] = [e for e in logs if e["event"] == "health.probe_failed"]
+    assert failed["server"] == "temporal" and str(dead_port) in failed["error"]
 
     cached = WorkerReadiness(
         client=client, pool=pool, polling=lambda: True, draining=lambda: False, cache_seconds=3600
@@ -79,7 +87,7 @@ async def test_readiness_names_the_server_that_does_not_answer(
         client=client, pool=pool, polling=lambda: True, draining=lambda: False, cache_seconds=0
     )
     state = await fresh.check()
-    assert state.ready is False and state.checks["postgres"] != "ok"
+    assert state.ready is False and state.checks["postgres"] == "failed (InterfaceError)"
     assert state.checks["temporal"] == "ok"
 
 

@@ -82,6 +82,11 @@ async def test_a_codec_that_cannot_be_loaded_is_refused_with_one_sentence(
         ("tests.nowhere:Codec", "cannot import tests.nowhere"),
         ("tests.codecs:Missing", "tests.codecs has no attribute Missing"),
         ("tests.codecs:NOT_A_CODEC", "neither a temporalio PayloadCodec"),
+        (
+            "tests.codecs:codec_without_its_key",
+            "tests.codecs:codec_without_its_key failed to make a codec: "
+            "LookupError: CODEC_KEY is not set",
+        ),
         ("no-colon", "must be module:attribute"),
     ]:
         result = await cli({**cli_env, "CRONWARDEN_PAYLOAD_CODEC": spec}, "worker")

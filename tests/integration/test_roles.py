@@ -4,6 +4,7 @@ run the worker's statements and nothing more."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -13,7 +14,8 @@ import pytest_asyncio
 from temporalio.client import Client
 
 from activities.contract import RAN, logical_key
-from store.migrate import migrate
+from cronwarden.embedded import EmbeddedPostgres
+from store.migrate import available_migrations, migrate
 from store.pool import connect, create_pool
 from tests.integration.conftest import REPO_ROOT
 from tests.integration.test_cli import cli
@@ -72,9 +74,47 @@ async def test_the_runtime_role_cannot_create_alter_or_drop(
         await runtime_conn.execute(statement)
 
 
-async def test_the_runtime_role_has_dml_on_every_cronwarden_table(
-    runtime_conn: asyncpg.Connection,
+DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
+# What the runtime role may do where it differs from full DML; every other table gets DML.
+EXCEPTIONS = {
+    "schema_migrations": {"SELECT"},
+    "outbox": {"SELECT", "INSERT", "UPDATE"},
+}
+
+
+async def runtime_privileges(conn: asyncpg.Connection) -> dict[str, set[str]]:
+    tables = [
+        r["tablename"]
+        for r in await conn.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'cronwarden' ORDER BY tablename"
+        )
+    ]
+    found: dict[str, set[str]] = {}
+    for table in tables:
+        found[table] = {
+            p
+            for p in (*DML, "TRUNCATE")
+            if await conn.fetchval(
+                "SELECT has_table_privilege($1, $2, $3)", RUNTIME, f"cronwarden.{table}", p
+            )
+        }
+    return found
+
+
+def intended(tables: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {t: EXCEPTIONS.get(t, set(DML)) for t in tables}
+
+
+async def test_the_runtime_role_has_dml_on_every_cronwarden_table_but_the_ledger_and_outbox(
+    roles: str, runtime_conn: asyncpg.Connection
 ) -> None:
+    found = await runtime_privileges(runtime_conn)
+    assert set(EXCEPTIONS) | {"locks", "heartbeats", "incidents"} <= set(found)
+    assert found == intended(found)
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await runtime_conn.execute("DELETE FROM cronwarden.schema_migrations")
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await runtime_conn.execute("DELETE FROM cronwarden.outbox")
     async with runtime_conn.transaction():
         token = await runtime_conn.fetchval("SELECT nextval('cronwarden.lock_tokens')")
         await runtime_conn.execute(
@@ -85,7 +125,51 @@ async def test_the_runtime_role_has_dml_on_every_cronwarden_table(
         await runtime_conn.execute("UPDATE cronwarden.locks SET holder = 'x'")
         await runtime_conn.execute("INSERT INTO cronwarden.heartbeats (schedule_id) VALUES ('r')")
         await runtime_conn.execute("DELETE FROM cronwarden.heartbeats")
-        assert await runtime_conn.fetchval("SELECT count(*) FROM cronwarden.outbox") == 0
+
+
+async def test_roles_applied_before_the_first_migration_grant_the_same(
+    postgres_server: EmbeddedPostgres,
+) -> None:
+    name = f"fresh_{uuid.uuid4().hex[:12]}"
+    postgres_server.create_database(name, exists_ok=False)
+    dsn = postgres_server.dsn(name)
+    admin = await connect(dsn)
+    try:
+        await admin.execute(ROLES_SQL.read_text())
+        migrator = await connect(as_role(dsn, MIGRATOR))
+        try:
+            assert await migrate(migrator) == available_migrations()
+        finally:
+            await migrator.close()
+        found = await runtime_privileges(admin)
+    finally:
+        await admin.close()
+    assert found == intended(found)
+    assert set(EXCEPTIONS) <= set(found)
+
+
+async def test_the_monitor_runs_a_pass_as_the_runtime_role(
+    roles: str, cli_env: dict[str, str]
+) -> None:
+    admin = await connect(roles)
+    try:
+        # A heartbeat long overdue, so the pass has something to open.
+        await admin.execute(
+            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at)"
+            " VALUES ('roles-overdue', now() - interval '1 hour')"
+        )
+    finally:
+        await admin.close()
+    env = {**cli_env, "CRONWARDEN_DATABASE_URL": as_role(roles, RUNTIME)}
+    watched = await cli(env, "monitor", "--once")
+    assert watched.code == 0, watched
+    admin = await connect(roles)
+    try:
+        assert await admin.fetchval("SELECT count(*) FROM cronwarden.monitor_state") == 1
+        incidents = await admin.fetch("SELECT schedule_id, kind FROM cronwarden.incidents")
+    finally:
+        await admin.close()
+    assert incidents, "the pass opened no incident"
 
 
 async def test_the_migrator_owns_the_schema_and_later_tables_reach_the_runtime_role(

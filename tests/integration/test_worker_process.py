@@ -69,6 +69,22 @@ async def exited_zero(proc: subprocess.Popen[bytes]) -> str:
     return output
 
 
+async def output_until(proc: subprocess.Popen[bytes], event: str, *, timeout: float) -> str:
+    """The worker's output up to and including its first log line of `event`."""
+
+    def read() -> str:
+        assert proc.stdout is not None
+        lines = []
+        for raw in iter(proc.stdout.readline, b""):
+            line = raw.decode()
+            lines.append(line)
+            if line.startswith("{") and json.loads(line).get("event") == event:
+                return "".join(lines)
+        raise AssertionError(f"the worker exited without logging {event}: {''.join(lines)}")
+
+    return await asyncio.wait_for(asyncio.to_thread(read), timeout)
+
+
 async def committed_attempts(pool: asyncpg.Pool, key: str) -> list[int]:
     rows = await fetch(pool, "SELECT attempt FROM cronwarden.outbox WHERE logical_key = $1", key)
     return [r["attempt"] for r in rows]
@@ -114,14 +130,20 @@ async def test_sigterm_lets_the_running_job_finish_and_exits_zero(
     schedule_id: str,
     cli_env: dict[str, str],
     spawn_worker: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
 ) -> None:
     proc = start_worker_process(cli_env, graceful=30)
     spawn_worker.append(proc)
-    handle = await start_run(client, task_queue, schedule_id, args={"sleep": 3})
+    gate = tmp_path / "gate"
+    handle = await start_run(client, task_queue, schedule_id, job="gated", args={"gate": str(gate)})
     lock = f"schedule:{schedule_id}"
     await lease_holder(pool, lock)
     proc.send_signal(signal.SIGTERM)
-    output = await exited_zero(proc)
+    # The job is held at its gate until the worker says it drains: the job is running then.
+    drained = await output_until(proc, "worker.draining", timeout=30)
+    assert await effects(pool, logical_key(schedule_id, FIRE)) == 0
+    gate.touch()
+    output = drained + await exited_zero(proc)
     events = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert (

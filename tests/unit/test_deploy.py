@@ -10,6 +10,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +19,8 @@ from urllib.parse import urlsplit
 import kubernetes_validate
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from activities.jobs import import_job_modules
 from schedules.model import parse_schedule_text
@@ -80,6 +84,55 @@ def test_the_image_runs_cronwarden_as_a_non_root_user_without_dev_dependencies()
     assert "[" not in installs, "no extras: no dev tools, no embedded servers"
     ignored = (REPO_ROOT / ".dockerignore").read_text().split()
     assert {".venv", "tests", ".git"} <= set(ignored)
+
+
+def lock_pins(text: str) -> dict[str, str]:
+    """requirements.lock as {canonical name: version}; every line must be `name==version`."""
+    pins: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        req = Requirement(line)
+        [spec] = req.specifier
+        assert spec.operator == "==" and not req.extras and req.marker is None, line
+        pins[canonicalize_name(req.name)] = spec.version
+    return pins
+
+
+def runtime_closure(requirements: list[str]) -> set[str]:
+    """The installed distributions `requirements` pull in, markers evaluated, no extras."""
+    seen: set[str] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if name in seen or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        todo.extend(Requirement(r) for r in metadata.requires(name) or [])
+    return seen
+
+
+def test_the_lock_pins_every_runtime_dependency_at_the_version_the_tests_ran_with() -> None:
+    pins = lock_pins((REPO_ROOT / "requirements.lock").read_text())
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for dependency in map(Requirement, declared):
+        name = canonicalize_name(dependency.name)
+        assert name in pins, f"{name} is not pinned in requirements.lock"
+        assert dependency.specifier.contains(pins[name]), (name, pins[name])
+    # Complete and nothing more: exactly what `pip install .` pulls in, at the tested versions.
+    assert set(pins) == runtime_closure(declared)
+    for pinned, version in pins.items():
+        assert metadata.version(pinned) == version, pinned
+    steps = dockerfile_instructions(REPO_ROOT / "Dockerfile")
+    installs = [arg for op, arg in steps if op == "RUN" and "pip install" in arg]
+    assert any("-r requirements.lock" in i and "--no-deps ." in i for i in installs), installs
+
+
+def test_the_lock_refuses_an_open_range() -> None:
+    with pytest.raises(AssertionError):
+        lock_pins("temporalio>=1.35\n")
 
 
 # --- docker-compose.yml -----------------------------------------------------------------------
@@ -159,6 +212,28 @@ def test_the_compose_worker_scales_and_drains_and_only_migrate_is_the_migrator()
     assert dsn_user(services["migrate"]["environment"]) == MIGRATOR
     init_scripts = [v.split(":")[0] for v in services["postgres"]["volumes"]]
     assert "./deploy/sql/roles.sql" in init_scripts
+
+
+def test_the_compose_stack_checks_postgres_over_tcp_retries_one_shots_and_binds_loopback() -> None:
+    services = compose()["services"]
+    check = " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "pg_isready" in check and "-h 127.0.0.1" in check
+    long_running = {"worker", "monitor"}
+    one_shots = {n for n, svc in services.items() if "build" in svc and n not in long_running}
+    assert one_shots == {"migrate", "schedules-apply"}
+    awaited = {
+        dep
+        for svc in services.values()
+        for dep, cond in (svc.get("depends_on") or {}).items()
+        if cond.get("condition") == "service_completed_successfully"
+    }
+    assert awaited <= one_shots
+    for name in one_shots:
+        assert services[name]["restart"] == "on-failure", name
+    published = [(n, p) for n, svc in services.items() for p in svc.get("ports", [])]
+    assert {n for n, _ in published} == {"temporal-ui", "monitor"}
+    for name, port in published:
+        assert str(port).startswith("127.0.0.1:"), (name, port)
 
 
 # --- Kubernetes -------------------------------------------------------------------------------
@@ -258,6 +333,78 @@ def test_only_the_migrate_job_gets_the_migrator_dsn(rendered: list[dict[str, Any
             key = env_secret_key(c, "CRONWARDEN_DATABASE_URL")
             expected = "migrator-url" if name == "cronwarden-migrate" else "runtime-url"
             assert key == expected, f"{name}/{c['name']}"
+
+
+def test_every_pod_that_connects_to_the_database_first_waits_for_the_migrations(
+    rendered: list[dict[str, Any]],
+) -> None:
+    connecting = {
+        name
+        for name, pod in pod_specs(rendered).items()
+        if any(env_secret_key(c, "CRONWARDEN_DATABASE_URL") for c in pod["containers"])
+    }
+    assert connecting == {
+        "cronwarden-migrate",
+        "cronwarden-worker",
+        "cronwarden-monitor",
+        "cronwarden-schedules-apply",
+    }
+    for name in connecting - {"cronwarden-migrate"}:
+        [first, *_] = pod_specs(rendered)[name].get("initContainers") or [{"args": []}]
+        assert first["args"][:3] == ["migrate", "--check", "--wait"], name
+        assert float(first["args"][3]) > 0, name
+        assert env_secret_key(first, "CRONWARDEN_DATABASE_URL") == "runtime-url", name
+
+
+def configmaps_used(pod: dict[str, Any]) -> set[str]:
+    used = {
+        source["configMapRef"]["name"]
+        for c in containers(pod)
+        for source in c.get("envFrom", [])
+        if "configMapRef" in source
+    }
+    return used | {v["configMap"]["name"] for v in pod.get("volumes", []) if "configMap" in v}
+
+
+def test_the_configmap_names_carry_a_content_hash_so_a_change_rolls_the_pods(
+    tmp_path: Path,
+) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(KUBERNETES / "base", base)
+    before = render(base)
+    settings = by_name(before, "ConfigMap", "cronwarden-settings")["metadata"]["name"]
+    assert settings != "cronwarden-settings"  # a hash suffix
+    worker_before = pod_specs(before)["cronwarden-worker"]
+    assert settings in configmaps_used(worker_before)
+    rendered_maps = {d["metadata"]["name"] for d in before if d["kind"] == "ConfigMap"}
+    for name, pod in pod_specs(before).items():
+        assert configmaps_used(pod) <= rendered_maps, name
+    env = base / "settings.env"
+    runs = "CRONWARDEN_MAX_CONCURRENT_RUNS="
+    changed = env.read_text().replace(f"{runs}10", f"{runs}7")
+    assert changed != env.read_text()
+    env.write_text(changed)
+    after = render(base)
+    renamed = by_name(after, "ConfigMap", "cronwarden-settings")["metadata"]["name"]
+    assert renamed != settings
+    # A new name in the pod template is a new template: the Deployments roll.
+    for deployment in ("cronwarden-worker", "cronwarden-monitor"):
+        assert renamed in configmaps_used(pod_specs(after)[deployment]), deployment
+        assert settings not in configmaps_used(pod_specs(after)[deployment]), deployment
+
+
+def test_finished_jobs_expire_and_a_drain_evicts_one_worker_at_a_time(
+    rendered: list[dict[str, Any]],
+) -> None:
+    for job in ("cronwarden-migrate", "cronwarden-schedules-apply"):
+        assert by_name(rendered, "Job", job)["spec"]["ttlSecondsAfterFinished"] == 600, job
+    budget = by_name(rendered, "PodDisruptionBudget", "cronwarden-worker")
+    assert budget["spec"]["maxUnavailable"] == 1
+
+
+def test_the_example_namespace_enforces_the_restricted_pod_security_level() -> None:
+    [namespace] = [d for d in render(KUBERNETES / "example") if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 def test_the_worker_probes_its_health_port_and_outlives_its_graceful_timeout(
