@@ -59,6 +59,7 @@ CREATE TABLE cronwarden.notifications (
     event           text        NOT NULL CHECK (event IN ('trigger', 'resolve')),
     sink            text        NOT NULL,
     message         jsonb       NOT NULL,  -- sink-neutral; rendered per sink at delivery
+    dedup_key       text        NOT NULL,  -- what the sink folds by (PagerDuty's dedup_key)
     created_at      timestamptz NOT NULL DEFAULT now(),
     attempts        integer     NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL DEFAULT now(),
@@ -71,6 +72,10 @@ CREATE TABLE cronwarden.notifications (
 
 CREATE INDEX notifications_pending
     ON cronwarden.notifications (next_attempt_at) WHERE delivered_at IS NULL;
+-- Delivery is in order per (sink, dedup key): a row waits for every earlier undelivered row of
+-- the same sink and key, across incidents (all incidents of one schedule share the key).
+CREATE INDEX notifications_pending_by_key
+    ON cronwarden.notifications (sink, dedup_key, id) WHERE delivered_at IS NULL;
 
 -- Watch the watcher: each monitor process records every pass it completes.
 CREATE TABLE cronwarden.monitor_state (

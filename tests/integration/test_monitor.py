@@ -356,23 +356,66 @@ async def test_a_sink_answering_500_then_200_gets_the_page_once(
     assert monitor.metrics.failed["webhook"] == 2 and monitor.metrics.sent["webhook"] == 1
 
 
+async def due_now(pool: asyncpg.Pool) -> None:
+    """Move every backed-off notification's retry to now: the test, not the clock, decides."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.notifications SET next_attempt_at = now() WHERE delivered_at IS NULL"
+        )
+
+
 async def test_a_resolve_waits_until_its_trigger_reached_the_sink(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
     await stage(pool, schedule_id)
     receiver.script.extend([500])
-    async with monitoring(database, receiver, monitor_retry_base_seconds=3) as monitor:
-        await passes(monitor)  # the trigger fails and backs off for three seconds
+    # A backoff far longer than the test: only `due_now` makes the failed trigger due again.
+    slow = {"monitor_retry_base_seconds": 3600, "monitor_retry_max_seconds": 3600}
+    async with monitoring(database, receiver, **slow) as monitor:
+        await passes(monitor)  # the trigger fails and backs off
         await heartbeat_lands(pool, schedule_id)
-        await passes(monitor)  # the resolve is due, but its trigger is not delivered yet
+        await passes(monitor, 2)  # the resolve is due, but its trigger is not delivered yet
         assert [r.status for r in receiver.at("/hook")] == [500]
-
-        async def both() -> bool:
-            await passes(monitor)
-            return len(events(receiver)) == 2
-
-        await wait_for(both, timeout=20, what="trigger and resolve", interval=0.2)
+        await due_now(pool)
+        await passes(monitor)
     assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
+async def test_a_late_resolve_of_one_incident_never_closes_the_next_incidents_page(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # PagerDuty folds every incident of a schedule under one dedup_key: incident 1's resolve,
+    # delivered after incident 2's trigger, would close the page incident 2 needs.
+    await stage(pool, schedule_id)
+    only_pd = {
+        "alert_webhook_url": None,
+        "pagerduty_routing_key": ROUTING_KEY,
+        "pagerduty_url": receiver.url("/pd"),
+        "monitor_retry_base_seconds": 3600,
+        "monitor_retry_max_seconds": 3600,
+    }
+    async with monitoring(database, receiver, **only_pd) as monitor:
+        await passes(monitor)  # incident 1's trigger is delivered
+        receiver.script.extend([500])
+        await heartbeat_lands(pool, schedule_id)
+        await passes(monitor)  # incident 1's resolve fails and backs off
+        async with pool.acquire() as conn:  # the schedule goes overdue again
+            await conn.execute(
+                "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 hour'"
+                " WHERE schedule_id = $1",
+                schedule_id,
+            )
+        await passes(monitor, 2)  # incident 2 opens; its trigger waits for the resolve
+        assert len(await incidents_of(pool, schedule_id)) == 2
+        assert [b["event_action"] for b in events(receiver, "/pd")] == ["trigger"]
+        await due_now(pool)
+        await passes(monitor)
+    assert [b["event_action"] for b in events(receiver, "/pd")] == [
+        "trigger",
+        "resolve",
+        "trigger",
+    ]
+    assert {b["dedup_key"] for b in events(receiver, "/pd")} == {f"cronwarden:{schedule_id}"}
 
 
 async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
