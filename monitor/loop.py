@@ -28,7 +28,7 @@ from monitor import scan
 from monitor.messages import RESOLVE, TRIGGER, database_unreachable_message, incident_message
 from monitor.metrics import Metrics, serve
 from monitor.notify import DeliveryPolicy, deliver_due
-from monitor.sinks import Sink, SinkError, ping, send
+from monitor.sinks import Sink, failure, ping, send
 from monitor.sinks.pagerduty import PagerDutySink
 from monitor.sinks.slack import SlackSink
 from monitor.sinks.webhook import WebhookSink
@@ -305,8 +305,8 @@ class Monitor:
             return
         try:
             await ping(self.options.ping_url, timeout=self.options.delivery.send_timeout)
-        except SinkError as exc:
-            log.warning("monitor.ping-failed", error=str(exc))
+        except Exception as exc:
+            log.warning("monitor.ping-failed", error=failure(exc))
 
     async def _database_unreachable(self, exc: BaseException) -> None:
         error = f"{type(exc).__name__}: {exc}".strip()
@@ -340,13 +340,13 @@ class Monitor:
                     delivery_id=f"{self.identity}:{message['event']}:{time.time():.0f}",
                     timeout=self.options.delivery.send_timeout,
                 )
-            except SinkError as exc:
+            except Exception as exc:
                 self.metrics.notification_failed(sink.name)
                 log.warning(
                     "notification.direct-failed",
                     sink=sink.name,
                     kind=message["kind"],
-                    error=str(exc),
+                    error=failure(exc),
                 )
                 continue
             self.metrics.notification_sent(sink.name)

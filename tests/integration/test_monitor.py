@@ -19,12 +19,14 @@ from typing import Any
 
 import asyncpg
 import pytest
+from pydantic import SecretStr
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from cronwarden.config import Settings
 from cronwarden.embedded import free_port
 from monitor.loop import Monitor, options_from_settings, run_monitor, sinks_from_settings
+from monitor.sinks.slack import SlackSink
 from schedules.apply import apply_definitions
 from store import incidents, locks, watch
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
@@ -416,6 +418,35 @@ async def test_a_late_resolve_of_one_incident_never_closes_the_next_incidents_pa
         "trigger",
     ]
     assert {b["dedup_key"] for b in events(receiver, "/pd")} == {f"cronwarden:{schedule_id}"}
+
+
+async def test_a_sink_url_without_a_scheme_is_refused_at_start_without_echoing_it(
+    database: str, receiver: Receiver
+) -> None:
+    values = settings_for(database, receiver, slack_webhook_url="hooks.example/slack-token-5d1e")
+    result = await cli(env_for(values), "monitor", "--once")
+    out = result.stdout + result.stderr
+    assert result.code == 2, out
+    assert "CRONWARDEN_SLACK_WEBHOOK_URL" in out and "http" in out
+    assert "slack-token-5d1e" not in out and "Traceback" not in out
+    assert receiver.requests == []
+
+
+async def test_a_sink_that_raises_fails_its_own_rows_and_the_pass_goes_on(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    async with monitoring(database, receiver, monitor_ping_url=receiver.url("/ping")) as monitor:
+        # A URL urllib refuses with a ValueError that quotes it (settings would refuse it).
+        monitor.sinks["slack"] = SlackSink(SecretStr("no-scheme/slack-token-5d1e"))
+        await passes(monitor, 2)
+    assert [b["event"] for b in events(receiver)] == ["trigger"]
+    assert len(receiver.at("/ping")) == 2
+    [failed] = await fetch(pool, "SELECT * FROM cronwarden.notifications WHERE sink = 'slack'")
+    assert failed["delivered_at"] is None and failed["claimed_until"] is None
+    assert failed["last_error"] == "ValueError"
+    [state] = await fetch(pool, "SELECT * FROM cronwarden.monitor_state")
+    assert state["passes"] == 2
 
 
 async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
