@@ -14,7 +14,7 @@ import signal
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -28,7 +28,9 @@ from cronwarden.embedded import free_port
 from monitor.loop import Monitor, options_from_settings, run_monitor, sinks_from_settings
 from monitor.sinks.slack import SlackSink
 from schedules.apply import apply_definitions
-from store import incidents, locks, watch
+from store import incidents, locks, runs, watch
+from store.pool import connect
+from store.runs import CommitOutcome
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
 from tests.integration.test_cli import cli
 from tests.integration.test_guard import start_run
@@ -275,6 +277,59 @@ async def test_acquire_without_a_deadline_leaves_the_lease_unwatched(pool: async
         assert got.token is not None
         row = await conn.fetchrow("SELECT * FROM cronwarden.locks WHERE name = 'free'")
     assert row["run_deadline"] is None and row["schedule_id"] is None
+
+
+async def commit_a_run(pool: asyncpg.Pool, schedule_id: str) -> CommitOutcome:
+    """What the guard's commit does, for a fresh lease on the schedule."""
+    lock = f"schedule:{schedule_id}"
+    fire = datetime(2026, 3, 1, 11, 0, tzinfo=UTC)
+    key = f"{schedule_id}@2026-03-01T11:00:00Z"
+    async with pool.acquire() as conn:
+        got = await locks.acquire(conn, name=lock, holder="h", ttl_seconds=10, logical_key=key)
+        assert got.token is not None
+        return await runs.commit_run(
+            conn,
+            runs.CommitRecord(
+                lock_name=lock,
+                token=got.token,
+                logical_key=key,
+                schedule_id=schedule_id,
+                fire_time=fire,
+                result={},
+                attempt=1,
+                worker="w",
+                args_digest="d",
+                workflow_id=None,
+                run_id=None,
+                next_expected_at=fire + timedelta(hours=1),
+                grace=timedelta(minutes=1),
+                write_heartbeat=True,
+            ),
+        )
+
+
+async def test_a_runs_commit_never_recreates_the_heartbeat_of_a_deleted_schedule(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    # `schedules delete` removed the row after the guard saw the schedule in Temporal.
+    outcome = await commit_a_run(pool, schedule_id)
+    assert outcome.fenced and outcome.recorded
+    assert (
+        await fetch(pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id)
+        == []
+    )
+
+
+async def test_a_runs_commit_updates_the_heartbeat_row_that_apply_created(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    await commit_a_run(pool, schedule_id)
+    [beat] = await fetch(
+        pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
+    )
+    assert beat["last_logical_key"] == f"{schedule_id}@2026-03-01T11:00:00Z"
+    assert beat["next_expected_at"] == datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 async def test_five_schedules_overdue_together_send_one_system_page_and_one_resolve(
