@@ -244,7 +244,30 @@ class Monitor:
             )
         if decided.system:
             opened += await self._open_system(conn, decided.system)
+        await self._page_unpaged(conn)
         return opened
+
+    async def _page_unpaged(self, conn: Any) -> None:
+        """The safety net of the system-incident locks (`incidents.open_system`): any open
+        incident whose parent is resolved or gone, or that never queued a trigger, pages on its
+        own. Nothing to do without sinks: there is nobody to page."""
+        if not self.sinks:
+            return
+        for found in await incidents.unpaged(conn):
+            async with conn.transaction():
+                row = await incidents.detach(
+                    conn, incident_id=found["id"], parent_id=found["parent_id"]
+                )
+                if row is None:
+                    continue
+                await self._page(conn, TRIGGER, row)
+            log.warning(
+                "incident.paged-alone",
+                incident_id=row["id"],
+                schedule_id=row["schedule_id"],
+                kind=row["kind"],
+                former_parent_id=found["parent_id"],
+            )
 
     async def _open_system(self, conn: Any, problems: list[scan.Problem]) -> int:
         ids = [p.schedule_id for p in problems]

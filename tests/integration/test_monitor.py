@@ -360,6 +360,96 @@ async def test_five_schedules_overdue_together_send_one_system_page_and_one_reso
     assert system["resolution"] == "members-resolved"
 
 
+async def open_system_row(pool: asyncpg.Pool, *, resolved: bool = False) -> int:
+    async with pool.acquire() as conn:
+        system_id: int = await conn.fetchval(
+            "INSERT INTO cronwarden.incidents (schedule_id, kind, summary, resolved_at)"
+            " VALUES (NULL, 'system', 'staged', CASE WHEN $1 THEN now() END) RETURNING id",
+            resolved,
+        )
+    return system_id
+
+
+async def test_resolving_a_system_incident_waits_for_a_replica_adding_members_under_it(
+    database: str, pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    # Two replicas interleaved by hand: B joins the open system incident S (no member yet, so
+    # A finds it finished) and has not committed when A tries to resolve S.
+    system_id = await open_system_row(pool)
+    await stage(pool, schedule_id)
+    replica_b = await connect(database)
+    replica_a = await connect(database)
+    try:
+        joining = replica_b.transaction()
+        await joining.start()
+        joined, created = await incidents.open_system(replica_b, summary="s", details={})
+        assert (joined, created) == (system_id, None)
+        member = await incidents.open_incident(
+            replica_b,
+            schedule_id=schedule_id,
+            kind="overdue",
+            summary="late",
+            details={},
+            parent_id=system_id,
+        )
+        assert member is not None
+
+        async def resolve_in_a() -> list[dict[str, Any]]:
+            async with replica_a.transaction():
+                return await incidents.resolve_finished_systems(replica_a)
+
+        resolving = asyncio.create_task(resolve_in_a())
+        a_pid = replica_a.get_server_pid()
+
+        async def a_waits_for_b() -> bool:
+            async with pool.acquire() as conn:
+                return bool(
+                    await conn.fetchval(
+                        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                        a_pid,
+                    )
+                )
+
+        await wait_for(a_waits_for_b, timeout=10, what="A to wait on B's lock", interval=0.05)
+        await joining.commit()
+        assert await asyncio.wait_for(resolving, timeout=10) == []
+    finally:
+        await replica_b.close()
+        await replica_a.close()
+    [system] = await incidents_of(pool, None)
+    assert system["resolved_at"] is None
+
+
+async def test_an_open_incident_that_nothing_pages_for_pages_on_its_own(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # What the races around a system incident could leave behind: a member open under a
+    # resolved parent, and an incident with no parent whose trigger was never queued.
+    orphan, parentless = f"{schedule_id}-orphan", f"{schedule_id}-parentless"
+    closed = await open_system_row(pool, resolved=True)
+    for sid, parent in ((orphan, closed), (parentless, None)):
+        await stage(pool, sid)
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO cronwarden.incidents (schedule_id, kind, summary, parent_id)"
+                " VALUES ($1, 'overdue', 'staged', $2)",
+                sid,
+                parent,
+            )
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 3)
+        assert sorted(b["schedule_id"] for b in events(receiver)) == [orphan, parentless]
+        for sid in (orphan, parentless):
+            await heartbeat_lands(pool, sid)
+        await passes(monitor, 2)
+    assert sorted((b["schedule_id"], b["event"]) for b in events(receiver)) == [
+        (orphan, "resolve"),
+        (orphan, "trigger"),
+        (parentless, "resolve"),
+        (parentless, "trigger"),
+    ]
+
+
 async def test_slack_and_pagerduty_receive_their_documented_formats(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
