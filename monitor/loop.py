@@ -244,8 +244,32 @@ class Monitor:
             )
         if decided.system:
             opened += await self._open_system(conn, decided.system)
+        for old, problem in decided.replace:
+            opened += await self._replace(conn, old, problem)
         await self._page_unpaged(conn)
         return opened
+
+    async def _replace(self, conn: Any, old: Mapping[str, Any], problem: scan.Problem) -> int:
+        """The problem changed kind: resolve the old incident and open the new one together, so
+        no pass ever sees the schedule with neither (or pages the old kind's resolve alone)."""
+        async with conn.transaction():
+            row = await incidents.resolve(conn, incident_id=old["id"], resolution=scan.KIND_CHANGED)
+            if row is None:
+                return 0  # another replica resolved it first (and replaces it)
+            if row["parent_id"] is None:
+                await self._page(conn, RESOLVE, row)
+            new = await self._open_one(conn, problem)
+            if new is not None:
+                await self._page(conn, TRIGGER, new)
+        log.warning(
+            "incident.kind-changed",
+            incident_id=old["id"],
+            new_incident_id=new["id"] if new is not None else None,
+            schedule_id=problem.schedule_id,
+            kind=problem.kind,
+            former_kind=old["kind"],
+        )
+        return 1 if new is not None else 0
 
     async def _page_unpaged(self, conn: Any) -> None:
         """The safety net of the system-incident locks (`incidents.open_system`): any open

@@ -16,6 +16,7 @@ from store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
 RECOVERED = "recovered"
 PAUSED = "paused"
 SCHEDULE_DELETED = "schedule-deleted"
+KIND_CHANGED = "kind-changed"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class Plan:
     system: list[Problem] = field(default_factory=list)
     """Overdue schedules paged together by one system incident (new or already open)."""
     resolve: list[Resolution] = field(default_factory=list)
+    replace: list[tuple[Mapping[str, Any], Problem]] = field(default_factory=list)
+    """Open incidents whose problem changed kind: resolved and opened anew in one transaction,
+    so the new problem pages (a run that took too long, then left the schedule overdue)."""
 
 
 def _duration(value: timedelta) -> str:
@@ -143,6 +147,8 @@ def plan(
     beats = {b["schedule_id"]: b for b in incident_heartbeats}
     for sid, incident in open_by_schedule.items():
         if sid in problems:
+            if problems[sid].kind != incident["kind"]:
+                result.replace.append((incident, problems[sid]))
             continue
         found_beat = beats.get(sid)
         # A deleted schedule resolves (with a resolve page, so PagerDuty closes it too)

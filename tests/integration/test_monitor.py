@@ -214,11 +214,8 @@ async def test_an_operator_paused_schedule_does_not_page(
     assert await incidents_of(pool, schedule_id) == []
 
 
-async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_long(
-    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
-) -> None:
-    # The heartbeat is fine (its next fire is ahead): only the lease says something is wrong.
-    await stage(pool, schedule_id, late="-1 hour")
+async def hold_lease_past_deadline(pool: asyncpg.Pool, schedule_id: str) -> None:
+    """A run that took its lease 20 minutes ago, still renews it, and should have ended."""
     async with pool.acquire() as conn:
         await conn.execute(
             """
@@ -232,6 +229,14 @@ async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_
             f"{schedule_id}@2026-03-01T11:00:00Z",
             schedule_id,
         )
+
+
+async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_long(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # The heartbeat is fine (its next fire is ahead): only the lease says something is wrong.
+    await stage(pool, schedule_id, late="-1 hour")
+    await hold_lease_past_deadline(pool, schedule_id)
     async with monitoring(database, receiver) as monitor:
         await passes(monitor, 2)
         [body] = events(receiver)
@@ -244,6 +249,33 @@ async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_
             )
         await passes(monitor, 2)
     assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
+async def test_a_run_too_long_that_leaves_the_schedule_overdue_pages_again_as_overdue(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id, late="-1 hour")
+    await hold_lease_past_deadline(pool, schedule_id)
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 2)
+        async with pool.acquire() as conn:  # the run ends; the schedule missed its fires
+            await conn.execute(
+                "UPDATE cronwarden.locks SET holder = NULL, expires_at = now() WHERE name = $1",
+                f"schedule:{schedule_id}",
+            )
+            await conn.execute(
+                "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 hour'"
+                " WHERE schedule_id = $1",
+                schedule_id,
+            )
+        await passes(monitor, 2)
+    assert [(b["kind"], b["event"]) for b in events(receiver)] == [
+        ("running-too-long", "trigger"),
+        ("running-too-long", "resolve"),
+        ("overdue", "trigger"),
+    ]
+    first, second = await incidents_of(pool, schedule_id)
+    assert first["resolution"] == "kind-changed" and second["resolved_at"] is None
 
 
 async def test_the_guard_records_the_runs_deadline_on_its_lease(

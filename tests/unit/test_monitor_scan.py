@@ -147,3 +147,22 @@ def test_while_a_system_incident_is_open_newly_overdue_schedules_join_it() -> No
     result = decide(overdue=[beat("f")], open_incidents=[incident(9, None, SYSTEM)])
     assert [p.schedule_id for p in result.system] == ["f"]
     assert result.open == []
+
+
+def test_an_open_incident_whose_problem_changed_kind_is_replaced() -> None:
+    # The run that took too long ended; the fires it made the schedule miss leave it overdue.
+    decided = decide(
+        overdue=[beat("a")],
+        incident_heartbeats=[beat("a")],
+        open_incidents=[incident(1, "a", RUNNING_TOO_LONG)],
+    )
+    [(old, problem)] = decided.replace
+    assert old["id"] == 1 and problem.kind == OVERDUE
+    assert decided.open == [] and decided.resolve == [] and decided.system == []
+
+
+def test_an_open_incident_of_the_same_kind_is_left_alone() -> None:
+    decided = decide(
+        overdue=[beat("a")], incident_heartbeats=[beat("a")], open_incidents=[incident(1, "a")]
+    )
+    assert decided.replace == [] and decided.open == [] and decided.resolve == []
