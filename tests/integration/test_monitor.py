@@ -231,6 +231,14 @@ async def hold_lease_past_deadline(pool: asyncpg.Pool, schedule_id: str) -> None
         )
 
 
+async def release_lease(pool: asyncpg.Pool, schedule_id: str) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET holder = NULL, expires_at = now() WHERE name = $1",
+            f"schedule:{schedule_id}",
+        )
+
+
 async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_long(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
@@ -242,11 +250,7 @@ async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_
         [body] = events(receiver)
         assert body["kind"] == "running-too-long"
         assert body["details"]["logical_key"] == f"{schedule_id}@2026-03-01T11:00:00Z"
-        async with pool.acquire() as conn:  # the run finishes and releases its lease
-            await conn.execute(
-                "UPDATE cronwarden.locks SET holder = NULL, expires_at = now() WHERE name = $1",
-                f"schedule:{schedule_id}",
-            )
+        await release_lease(pool, schedule_id)  # the run finishes
         await passes(monitor, 2)
     assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
 
@@ -258,11 +262,8 @@ async def test_a_run_too_long_that_leaves_the_schedule_overdue_pages_again_as_ov
     await hold_lease_past_deadline(pool, schedule_id)
     async with monitoring(database, receiver) as monitor:
         await passes(monitor, 2)
-        async with pool.acquire() as conn:  # the run ends; the schedule missed its fires
-            await conn.execute(
-                "UPDATE cronwarden.locks SET holder = NULL, expires_at = now() WHERE name = $1",
-                f"schedule:{schedule_id}",
-            )
+        await release_lease(pool, schedule_id)  # the run ends; the schedule missed its fires
+        async with pool.acquire() as conn:
             await conn.execute(
                 "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 hour'"
                 " WHERE schedule_id = $1",
