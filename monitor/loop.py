@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -163,6 +164,7 @@ class Monitor:
                 open_incidents=snap.open_incidents,
                 watched=len(snap.watched),
                 rule=self.options.rule,
+                join_window=timedelta(seconds=2 * self.options.interval),
             )
             report.overdue = sum(
                 scan.heartbeat_problem(b, snap.now) is not None for b in snap.overdue

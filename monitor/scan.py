@@ -131,6 +131,7 @@ def plan(
     open_incidents: Sequence[Mapping[str, Any]],
     watched: int,
     rule: SystemRule,
+    join_window: timedelta = timedelta(seconds=30),
 ) -> Plan:
     """Decide the pass. A run holding its lease too long is the more specific diagnosis of a
     schedule that is also overdue (its next fires are being skipped), so it wins."""
@@ -162,9 +163,14 @@ def plan(
 
     new = [p for sid, p in sorted(problems.items()) if sid not in open_by_schedule]
     late = [p for p in new if p.kind in (OVERDUE, NEVER_RAN)]
-    system_open = any(i["kind"] == SYSTEM for i in open_incidents)
-    # While a system incident is open, schedules that go overdue join it instead of paging one
-    # by one: they are most likely the same outage.
+    # A system incident that opened within `join_window` (the monitor passes two intervals)
+    # takes the schedules that go overdue just after it: most likely the same outage, caught a
+    # pass later. Later ones page on their own. The system page went out already and lists
+    # only its first schedules, so one that joined an hours-old system incident would never
+    # be named to anyone.
+    system_open = any(
+        i["kind"] == SYSTEM and now - i["opened_at"] <= join_window for i in open_incidents
+    )
     if late and (system_open or rule.applies(len(late), watched)):
         result.system = late
         result.open = [p for p in new if p.kind == RUNNING_TOO_LONG]
