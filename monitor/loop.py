@@ -368,7 +368,9 @@ class Monitor:
             return
         self._db_alert_at = now
         # No database to persist a notification in: send straight to the sinks, rate-limited.
-        message = database_unreachable_message(TRIGGER, monitor_id=self.identity, error=error)
+        message = database_unreachable_message(
+            TRIGGER, monitor_id=self.identity, host=socket.gethostname(), error=error
+        )
         await self._send_direct(message)
 
     async def _database_reachable(self) -> None:
@@ -377,7 +379,9 @@ class Monitor:
         self._db_alert_at = None
         log.info("monitor.database-reachable")
         await self._send_direct(
-            database_unreachable_message(RESOLVE, monitor_id=self.identity, error="")
+            database_unreachable_message(
+                RESOLVE, monitor_id=self.identity, host=socket.gethostname(), error=""
+            )
         )
 
     async def _send_direct(self, message: dict[str, Any]) -> None:
