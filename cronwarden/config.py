@@ -80,6 +80,8 @@ class Settings(BaseSettings):
     monitor_db_alert_every_seconds: float = Field(default=900.0, gt=0)
     """While the database is unreachable, the direct "cannot reach the database" alert repeats
     at most this often."""
+    monitor_database_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A monitor pass whose database work takes longer counts as "cannot reach the database"."""
 
     @model_validator(mode="after")
     def _temporal_tls_is_consistent(self) -> Self:

@@ -39,9 +39,6 @@ from store.pool import create_pool
 log = get_logger("cronwarden.monitor")
 
 DEFAULT_INTERVAL = 15.0
-# The reading and deciding part of a pass must not hang on a stuck database: past this the pass
-# counts as "cannot reach the database" (and alerts), instead of silently waiting forever.
-DATABASE_PHASE_TIMEOUT = 30.0
 _DB_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
@@ -60,6 +57,19 @@ class MonitorOptions:
     delivery: DeliveryPolicy = field(default_factory=DeliveryPolicy)
     ping_url: str | None = None
     db_alert_every: float = 900.0
+    database_timeout: float = 30.0
+    """No pass may hang on a stuck database (a lock held by someone else, a server that stopped
+    answering): past this its database part fails as "cannot reach the database" and alerts,
+    instead of the monitor silently waiting for ever. The whole pass is bounded too: this, plus
+    the delivery budget and one send."""
+
+    @property
+    def pass_timeout(self) -> float:
+        return self.database_timeout + self.delivery_budget + self.delivery.send_timeout
+
+    @property
+    def delivery_budget(self) -> float:
+        return max(self.interval, self.delivery.send_timeout)
 
 
 def options_from_settings(settings: Settings, *, interval: float) -> MonitorOptions:
@@ -77,6 +87,7 @@ def options_from_settings(settings: Settings, *, interval: float) -> MonitorOpti
         ),
         ping_url=ping_url.get_secret_value() if ping_url is not None else None,
         db_alert_every=settings.monitor_db_alert_every_seconds,
+        database_timeout=settings.monitor_database_timeout_seconds,
     )
 
 
@@ -133,18 +144,22 @@ class Monitor:
     async def step(self) -> BaseException | None:
         """One pass that never raises an expected failure: returns the database error, if any."""
         try:
-            await self.run_pass()
+            await self._bounded_pass()
         except _DB_ERRORS:
             # Pooled connections broken by a database restart fail once: drop them all and
             # retry at once on fresh ones (a pass is safe to repeat), so that blip never pages.
             self._drop_pool()
             try:
-                await self.run_pass()
+                await self._bounded_pass()
             except _DB_ERRORS as exc:
                 await self._database_unreachable(exc)
                 return exc
         await self._database_reachable()
         return None
+
+    async def _bounded_pass(self) -> PassReport:
+        async with asyncio.timeout(self.options.pass_timeout):
+            return await self.run_pass()
 
     async def run_pass(self) -> PassReport:
         if self._pool is None:
@@ -153,7 +168,7 @@ class Monitor:
             self._pool = await create_pool(self.dsn, min_size=1, max_size=3)
         pool = self._pool
         report = PassReport()
-        async with asyncio.timeout(DATABASE_PHASE_TIMEOUT):
+        async with asyncio.timeout(self.options.database_timeout):
             async with pool.acquire() as conn:
                 snap = await watch.snapshot(conn)
             decided = scan.plan(
@@ -179,7 +194,7 @@ class Monitor:
             claimer=self.identity,
             policy=self.options.delivery,
             metrics=self.metrics,
-            budget=max(self.options.interval, self.options.delivery.send_timeout),
+            budget=self.options.delivery_budget,
         )
         async with pool.acquire() as conn:
             await monitor_state.record_pass(
@@ -436,7 +451,9 @@ async def run_monitor(
             monitor.metrics,
             host=metrics_host,
             port=metrics_port,
-            healthy=lambda: monitor.metrics.healthy(max_age=3 * interval + DATABASE_PHASE_TIMEOUT),
+            healthy=lambda: monitor.metrics.healthy(
+                max_age=3 * interval + monitor.options.database_timeout
+            ),
         )
     if not monitor.sinks:
         log.warning("monitor.no-sinks", note="incidents are recorded but nobody is paged")

@@ -764,6 +764,24 @@ async def test_a_connection_the_database_dropped_does_not_page_the_database_aler
     assert receiver.requests == []
 
 
+async def test_a_pass_stuck_on_a_lock_times_out_and_alerts_then_the_monitor_goes_on(
+    database: str, pool: asyncpg.Pool, receiver: Receiver
+) -> None:
+    fast = {"monitor_database_timeout_seconds": 1, "monitor_send_timeout_seconds": 0.5}
+    async with pool.acquire() as holder, monitoring(database, receiver, **fast) as monitor:
+        # Another session holds a lock that the delivery part of the pass needs.
+        async with holder.transaction():
+            await holder.execute("LOCK TABLE cronwarden.notifications IN ACCESS EXCLUSIVE MODE")
+            failed = await monitor.step()
+            assert isinstance(failed, TimeoutError)
+            assert [b["event"] for b in events(receiver)] == ["trigger"]
+        assert await monitor.step() is None
+    assert [(b["kind"], b["event"]) for b in events(receiver)] == [
+        ("monitor-database-unreachable", "trigger"),
+        ("monitor-database-unreachable", "resolve"),
+    ]
+
+
 async def test_the_monitor_records_its_liveness_and_pings_the_dead_mans_switch(
     database: str, pool: asyncpg.Pool, receiver: Receiver
 ) -> None:
