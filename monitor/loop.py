@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -23,7 +24,7 @@ from typing import Any
 import asyncpg
 
 from cronwarden.config import Settings
-from cronwarden.errors import Unreachable
+from cronwarden.errors import CronwardenError, PortInUse, Unreachable
 from cronwarden.logs import get_logger
 from monitor import scan
 from monitor.messages import RESOLVE, TRIGGER, database_unreachable_message, incident_message
@@ -438,6 +439,27 @@ async def run_monitor(
         options=options_from_settings(settings, interval=interval),
     )
     stop = stop or asyncio.Event()
+    server = None
+    if metrics_port is not None:
+        try:
+            server = await serve(
+                monitor.metrics,
+                host=metrics_host,
+                port=metrics_port,
+                healthy=lambda: monitor.metrics.healthy(
+                    max_age=3 * interval + monitor.options.database_timeout
+                ),
+            )
+        except OSError as exc:
+            where = f"{metrics_host or 'every interface'} port {metrics_port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(
+                    f"cannot serve metrics on {where}: another process uses that port "
+                    "(pick another with --metrics-port)"
+                ) from None
+            raise CronwardenError(
+                f"cannot serve metrics on {where}: {exc.strerror or type(exc).__name__}"
+            ) from None
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
     if handle_signals:
@@ -445,16 +467,6 @@ async def run_monitor(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
                 installed.append(sig)
-    server = None
-    if metrics_port is not None:
-        server = await serve(
-            monitor.metrics,
-            host=metrics_host,
-            port=metrics_port,
-            healthy=lambda: monitor.metrics.healthy(
-                max_age=3 * interval + monitor.options.database_timeout
-            ),
-        )
     if not monitor.sinks:
         log.warning("monitor.no-sinks", note="incidents are recorded but nobody is paged")
     log.info(

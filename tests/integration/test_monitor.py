@@ -829,6 +829,20 @@ async def test_metrics_and_healthz_are_served_over_http(
     assert f'cronwarden_schedule_seconds_since_last_success{{schedule_id="{schedule_id}"}}' in text
 
 
+async def test_a_busy_metrics_port_is_one_error_naming_the_port(
+    database: str, receiver: Receiver
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = env_for(settings_for(database, receiver))
+        result = await cli(env, "monitor", "--once", "--metrics-port", str(port))
+    out = result.stdout + result.stderr
+    assert result.code == 1, out
+    assert "error: " in out and str(port) in out and "Traceback" not in out
+
+
 async def test_the_overdue_scan_is_an_index_range_scan(database: str, pool: asyncpg.Pool) -> None:
     # Enough rows that the planner prefers the index on its own, with fresh statistics: most
     # schedules are fine, a few are overdue, some are paused.
