@@ -843,6 +843,21 @@ async def test_a_busy_metrics_port_is_one_error_naming_the_port(
     assert "error: " in out and str(port) in out and "Traceback" not in out
 
 
+async def test_the_alert_deadline_adds_a_days_grace_as_24_hours_in_a_dst_session(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    # Berlin moves its clocks forward on 2026-03-29: there '1 day' after noon UTC on the 28th
+    # is only 23 hours later.
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL TimeZone = 'Europe/Berlin'")
+        alert_after = await conn.fetchval(
+            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, grace)"
+            " VALUES ($1, '2026-03-28T12:00:00Z', interval '1 day') RETURNING alert_after",
+            schedule_id,
+        )
+    assert alert_after == datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
+
+
 async def test_the_overdue_scan_is_an_index_range_scan(database: str, pool: asyncpg.Pool) -> None:
     # Enough rows that the planner prefers the index on its own, with fresh statistics: most
     # schedules are fine, a few are overdue, some are paused.
