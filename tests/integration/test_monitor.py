@@ -645,12 +645,36 @@ async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
     assert paged == sorted(ids)
 
 
+async def waiting_on_locks(pool: asyncpg.Pool, at_least: int) -> bool:
+    """At least this many monitor sessions wait for a lock (a test holds it)."""
+    async with pool.acquire() as conn:
+        waiting: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'cronwarden' AND wait_event_type = 'Lock'"
+        )
+    return waiting >= at_least
+
+
 async def test_two_monitor_processes_over_one_database_page_once(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
     ids = await stage_many(pool, schedule_id, 2)
     env = env_for(settings_for(database, receiver))
-    results = await asyncio.gather(*(cli(env, "monitor", "--once") for _ in range(2)))
+    # Force the overlap: EXCLUSIVE lets both processes read their snapshot (both see no open
+    # incident) but holds both INSERTs until both wait. From there only the conditional
+    # INSERT decides which process pages for which schedule.
+    async with pool.acquire() as holder:
+        blocking = holder.transaction()
+        await blocking.start()
+        await holder.execute("LOCK TABLE cronwarden.incidents IN EXCLUSIVE MODE")
+        runs = [asyncio.create_task(cli(env, "monitor", "--once")) for _ in range(2)]
+        try:
+            await wait_for(
+                lambda: waiting_on_locks(pool, 2), timeout=30, what="both monitors to wait"
+            )
+        finally:
+            await blocking.rollback()
+        results = await asyncio.gather(*runs)
     assert [r.code for r in results] == [0, 0], results
     assert sorted(b["schedule_id"] for b in events(receiver)) == sorted(ids)
     assert len(receiver.at("/hook")) == 2
