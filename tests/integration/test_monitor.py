@@ -27,9 +27,10 @@ from temporalio.worker import Worker
 from cronwarden.config import Settings
 from cronwarden.embedded import free_port
 from monitor.loop import Monitor, options_from_settings, run_monitor, sinks_from_settings
+from monitor.messages import TRIGGER, incident_message
 from monitor.sinks.slack import SlackSink
 from schedules.apply import apply_definitions
-from store import incidents, locks, runs, watch
+from store import incidents, locks, notifications, runs, watch
 from store.pool import connect
 from store.runs import CommitOutcome
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
@@ -626,6 +627,53 @@ async def test_a_sink_that_raises_fails_its_own_rows_and_the_pass_goes_on(
     assert failed["last_error"] == "ValueError"
     [state] = await fetch(pool, "SELECT * FROM cronwarden.monitor_state")
     assert state["passes"] == 2
+
+
+async def test_delivery_in_one_pass_stops_once_its_budget_is_spent(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage_many(pool, schedule_id, 5)
+    receiver.hold.set()  # every send hangs until its timeout
+    # Budget of a pass: max(interval 0.2 s, send timeout 0.5 s); the first send alone uses it.
+    slow = {"monitor_send_timeout_seconds": 0.5, "monitor_system_min_schedules": 100}
+    async with monitoring(database, receiver, **slow) as monitor:
+        report = await monitor.run_pass()
+    assert report.opened == 5 and report.delivered == 0
+    assert len(receiver.at("/hook")) == 1
+    untried = await fetch(pool, "SELECT * FROM cronwarden.notifications WHERE attempts = 0")
+    assert len(untried) == 4
+
+
+async def test_a_claimed_notification_is_sent_again_once_its_claim_lapses(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    async with monitoring(database, receiver) as monitor:
+        async with pool.acquire() as conn:  # a replica opened it, claimed the page, then died
+            opened = await incidents.open_incident(
+                conn, schedule_id=schedule_id, kind="overdue", summary="late", details={}
+            )
+            assert opened is not None
+            await notifications.enqueue(
+                conn,
+                incident_id=opened["id"],
+                event=TRIGGER,
+                sinks=monitor.sink_names,
+                message=incident_message(TRIGGER, opened),
+            )
+            claimed = await notifications.claim_next(conn, claimer="dead", claim_seconds=3600)
+            assert claimed is not None
+        await passes(monitor, 2)
+        assert receiver.at("/hook") == []  # the claim still holds
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE cronwarden.notifications SET claimed_until = now() - interval '1 second'"
+            )
+        await passes(monitor)
+    [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
+    assert row["delivered_at"] is not None and row["attempts"] == 2
+    assert row["claimed_by"] == monitor.identity
+    assert len(events(receiver)) == 1
 
 
 async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
