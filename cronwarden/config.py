@@ -80,6 +80,8 @@ class Settings(BaseSettings):
     monitor_db_alert_every_seconds: float = Field(default=900.0, gt=0)
     """While the database is unreachable, the direct "cannot reach the database" alert repeats
     at most this often."""
+    monitor_database_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A monitor pass whose database work takes longer counts as "cannot reach the database"."""
 
     @model_validator(mode="after")
     def _temporal_tls_is_consistent(self) -> Self:
@@ -99,6 +101,19 @@ class Settings(BaseSettings):
                     f"CRONWARDEN_TEMPORAL_TLS_{suffix} names {path}, which is not a file "
                     "(is the Secret mounted there?)"
                 )
+        # A sink or ping URL is checked here, once, and never echoed: it may be a secret (a
+        # Slack webhook URL is one), and a URL urllib cannot use would otherwise fail every send.
+        for name, url in (
+            ("ALERT_WEBHOOK_URL", self.alert_webhook_url),
+            ("SLACK_WEBHOOK_URL", self.slack_webhook_url),
+            ("MONITOR_PING_URL", self.monitor_ping_url),
+            ("PAGERDUTY_URL", SecretStr(self.pagerduty_url)),
+        ):
+            if url is not None and not _is_http_url(url.get_secret_value()):
+                raise ValueError(
+                    f"CRONWARDEN_{name} must be an http:// or https:// URL with a host "
+                    "(its value is not shown: it may carry a token)"
+                )
         if self.payload_codec is not None:
             module, _, attr = self.payload_codec.partition(":")
             if not module.strip() or not attr.strip():
@@ -113,6 +128,14 @@ class Settings(BaseSettings):
 
     def job_modules(self) -> list[str]:
         return [m.strip() for m in self.jobs.split(",") if m.strip()]
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def settings_error_message(exc: ValidationError) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -17,18 +18,19 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 
 from cronwarden.config import Settings
-from cronwarden.errors import Unreachable
+from cronwarden.errors import CronwardenError, PortInUse, Unreachable
 from cronwarden.logs import get_logger
 from monitor import scan
 from monitor.messages import RESOLVE, TRIGGER, database_unreachable_message, incident_message
 from monitor.metrics import Metrics, serve
 from monitor.notify import DeliveryPolicy, deliver_due
-from monitor.sinks import Sink, SinkError, ping, send
+from monitor.sinks import Sink, failure, ping, send
 from monitor.sinks.pagerduty import PagerDutySink
 from monitor.sinks.slack import SlackSink
 from monitor.sinks.webhook import WebhookSink
@@ -38,9 +40,6 @@ from store.pool import create_pool
 log = get_logger("cronwarden.monitor")
 
 DEFAULT_INTERVAL = 15.0
-# The reading and deciding part of a pass must not hang on a stuck database: past this the pass
-# counts as "cannot reach the database" (and alerts), instead of silently waiting forever.
-DATABASE_PHASE_TIMEOUT = 30.0
 _DB_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
@@ -59,6 +58,19 @@ class MonitorOptions:
     delivery: DeliveryPolicy = field(default_factory=DeliveryPolicy)
     ping_url: str | None = None
     db_alert_every: float = 900.0
+    database_timeout: float = 30.0
+    """No pass may hang on a stuck database (a lock held by someone else, a server that stopped
+    answering): past this its database part fails as "cannot reach the database" and alerts,
+    instead of the monitor silently waiting for ever. The whole pass is bounded too: this, plus
+    the delivery budget and one send."""
+
+    @property
+    def pass_timeout(self) -> float:
+        return self.database_timeout + self.delivery_budget + self.delivery.send_timeout
+
+    @property
+    def delivery_budget(self) -> float:
+        return max(self.interval, self.delivery.send_timeout)
 
 
 def options_from_settings(settings: Settings, *, interval: float) -> MonitorOptions:
@@ -76,6 +88,7 @@ def options_from_settings(settings: Settings, *, interval: float) -> MonitorOpti
         ),
         ping_url=ping_url.get_secret_value() if ping_url is not None else None,
         db_alert_every=settings.monitor_db_alert_every_seconds,
+        database_timeout=settings.monitor_database_timeout_seconds,
     )
 
 
@@ -132,18 +145,22 @@ class Monitor:
     async def step(self) -> BaseException | None:
         """One pass that never raises an expected failure: returns the database error, if any."""
         try:
-            await self.run_pass()
+            await self._bounded_pass()
         except _DB_ERRORS:
             # Pooled connections broken by a database restart fail once: drop them all and
             # retry at once on fresh ones (a pass is safe to repeat), so that blip never pages.
             self._drop_pool()
             try:
-                await self.run_pass()
+                await self._bounded_pass()
             except _DB_ERRORS as exc:
                 await self._database_unreachable(exc)
                 return exc
         await self._database_reachable()
         return None
+
+    async def _bounded_pass(self) -> PassReport:
+        async with asyncio.timeout(self.options.pass_timeout):
+            return await self.run_pass()
 
     async def run_pass(self) -> PassReport:
         if self._pool is None:
@@ -152,7 +169,7 @@ class Monitor:
             self._pool = await create_pool(self.dsn, min_size=1, max_size=3)
         pool = self._pool
         report = PassReport()
-        async with asyncio.timeout(DATABASE_PHASE_TIMEOUT):
+        async with asyncio.timeout(self.options.database_timeout):
             async with pool.acquire() as conn:
                 snap = await watch.snapshot(conn)
             decided = scan.plan(
@@ -163,6 +180,7 @@ class Monitor:
                 open_incidents=snap.open_incidents,
                 watched=len(snap.watched),
                 rule=self.options.rule,
+                join_window=timedelta(seconds=2 * self.options.interval),
             )
             report.overdue = sum(
                 scan.heartbeat_problem(b, snap.now) is not None for b in snap.overdue
@@ -177,7 +195,7 @@ class Monitor:
             claimer=self.identity,
             policy=self.options.delivery,
             metrics=self.metrics,
-            budget=max(self.options.interval, self.options.delivery.send_timeout),
+            budget=self.options.delivery_budget,
         )
         async with pool.acquire() as conn:
             await monitor_state.record_pass(
@@ -244,7 +262,54 @@ class Monitor:
             )
         if decided.system:
             opened += await self._open_system(conn, decided.system)
+        for old, problem in decided.replace:
+            opened += await self._replace(conn, old, problem)
+        await self._page_unpaged(conn)
         return opened
+
+    async def _replace(self, conn: Any, old: Mapping[str, Any], problem: scan.Problem) -> int:
+        """The problem changed kind: resolve the old incident and open the new one together, so
+        no pass ever sees the schedule with neither (or pages the old kind's resolve alone)."""
+        async with conn.transaction():
+            row = await incidents.resolve(conn, incident_id=old["id"], resolution=scan.KIND_CHANGED)
+            if row is None:
+                return 0  # another replica resolved it first (and replaces it)
+            if row["parent_id"] is None:
+                await self._page(conn, RESOLVE, row)
+            new = await self._open_one(conn, problem)
+            if new is not None:
+                await self._page(conn, TRIGGER, new)
+        log.warning(
+            "incident.kind-changed",
+            incident_id=old["id"],
+            new_incident_id=new["id"] if new is not None else None,
+            schedule_id=problem.schedule_id,
+            kind=problem.kind,
+            former_kind=old["kind"],
+        )
+        return 1 if new is not None else 0
+
+    async def _page_unpaged(self, conn: Any) -> None:
+        """The safety net of the system-incident locks (`incidents.open_system`): any open
+        incident whose parent is resolved or gone, or that never queued a trigger, pages on its
+        own. Nothing to do without sinks: there is nobody to page."""
+        if not self.sinks:
+            return
+        for found in await incidents.unpaged(conn):
+            async with conn.transaction():
+                row = await incidents.detach(
+                    conn, incident_id=found["id"], parent_id=found["parent_id"]
+                )
+                if row is None:
+                    continue
+                await self._page(conn, TRIGGER, row)
+            log.warning(
+                "incident.paged-alone",
+                incident_id=row["id"],
+                schedule_id=row["schedule_id"],
+                kind=row["kind"],
+                former_parent_id=found["parent_id"],
+            )
 
     async def _open_system(self, conn: Any, problems: list[scan.Problem]) -> int:
         ids = [p.schedule_id for p in problems]
@@ -305,8 +370,8 @@ class Monitor:
             return
         try:
             await ping(self.options.ping_url, timeout=self.options.delivery.send_timeout)
-        except SinkError as exc:
-            log.warning("monitor.ping-failed", error=str(exc))
+        except Exception as exc:
+            log.warning("monitor.ping-failed", error=failure(exc))
 
     async def _database_unreachable(self, exc: BaseException) -> None:
         error = f"{type(exc).__name__}: {exc}".strip()
@@ -319,7 +384,9 @@ class Monitor:
             return
         self._db_alert_at = now
         # No database to persist a notification in: send straight to the sinks, rate-limited.
-        message = database_unreachable_message(TRIGGER, monitor_id=self.identity, error=error)
+        message = database_unreachable_message(
+            TRIGGER, monitor_id=self.identity, host=socket.gethostname(), error=error
+        )
         await self._send_direct(message)
 
     async def _database_reachable(self) -> None:
@@ -328,7 +395,9 @@ class Monitor:
         self._db_alert_at = None
         log.info("monitor.database-reachable")
         await self._send_direct(
-            database_unreachable_message(RESOLVE, monitor_id=self.identity, error="")
+            database_unreachable_message(
+                RESOLVE, monitor_id=self.identity, host=socket.gethostname(), error=""
+            )
         )
 
     async def _send_direct(self, message: dict[str, Any]) -> None:
@@ -340,13 +409,13 @@ class Monitor:
                     delivery_id=f"{self.identity}:{message['event']}:{time.time():.0f}",
                     timeout=self.options.delivery.send_timeout,
                 )
-            except SinkError as exc:
+            except Exception as exc:
                 self.metrics.notification_failed(sink.name)
                 log.warning(
                     "notification.direct-failed",
                     sink=sink.name,
                     kind=message["kind"],
-                    error=str(exc),
+                    error=failure(exc),
                 )
                 continue
             self.metrics.notification_sent(sink.name)
@@ -370,6 +439,27 @@ async def run_monitor(
         options=options_from_settings(settings, interval=interval),
     )
     stop = stop or asyncio.Event()
+    server = None
+    if metrics_port is not None:
+        try:
+            server = await serve(
+                monitor.metrics,
+                host=metrics_host,
+                port=metrics_port,
+                healthy=lambda: monitor.metrics.healthy(
+                    max_age=3 * interval + monitor.options.database_timeout
+                ),
+            )
+        except OSError as exc:
+            where = f"{metrics_host or 'every interface'} port {metrics_port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(
+                    f"cannot serve metrics on {where}: another process uses that port "
+                    "(pick another with --metrics-port)"
+                ) from None
+            raise CronwardenError(
+                f"cannot serve metrics on {where}: {exc.strerror or type(exc).__name__}"
+            ) from None
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
     if handle_signals:
@@ -377,14 +467,6 @@ async def run_monitor(
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
                 installed.append(sig)
-    server = None
-    if metrics_port is not None:
-        server = await serve(
-            monitor.metrics,
-            host=metrics_host,
-            port=metrics_port,
-            healthy=lambda: monitor.metrics.healthy(max_age=3 * interval + DATABASE_PHASE_TIMEOUT),
-        )
     if not monitor.sinks:
         log.warning("monitor.no-sinks", note="incidents are recorded but nobody is paged")
     log.info(

@@ -12,11 +12,16 @@ RESOLVE = "resolve"
 DB_UNREACHABLE = "monitor-database-unreachable"
 
 
-def dedup_key(schedule_id: str | None, kind: str) -> str:
+def dedup_key(schedule_id: str | None) -> str:
     """`cronwarden:{schedule_id}`: PagerDuty groups a schedule's trigger and resolve by it."""
-    if schedule_id is not None:
-        return f"cronwarden:{schedule_id}"
-    return "cronwarden:monitor" if kind == DB_UNREACHABLE else "cronwarden:system"
+    return f"cronwarden:{schedule_id}" if schedule_id is not None else "cronwarden:system"
+
+
+def monitor_dedup_key(host: str) -> str:
+    """One database alert per monitor host (pod name in Kubernetes), not one for all: the
+    replica that reaches the database again must not close the alert of one that still cannot.
+    The host, not the process, so a restarted monitor resolves what its predecessor opened."""
+    return f"cronwarden:monitor:{host}"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -44,11 +49,13 @@ def incident_message(
         "opened_at": _iso(incident["opened_at"]),
         "resolved_at": _iso(incident.get("resolved_at")),
         "resolution": incident.get("resolution"),
-        "dedup_key": dedup_key(incident["schedule_id"], kind),
+        "dedup_key": dedup_key(incident["schedule_id"]),
     }
 
 
-def database_unreachable_message(event: str, *, monitor_id: str, error: str) -> dict[str, Any]:
+def database_unreachable_message(
+    event: str, *, monitor_id: str, host: str, error: str
+) -> dict[str, Any]:
     """Sent straight to the sinks (there is no database to persist it in)."""
     summary = (
         f"cronwarden monitor {monitor_id} cannot reach the database: {error}"
@@ -61,10 +68,12 @@ def database_unreachable_message(event: str, *, monitor_id: str, error: str) -> 
         "kind": DB_UNREACHABLE,
         "schedule_id": None,
         "summary": summary,
-        "details": {"monitor_id": monitor_id, "error": error} if event == TRIGGER else {},
+        "details": (
+            {"monitor_id": monitor_id, "host": host, "error": error} if event == TRIGGER else {}
+        ),
         "schedules": [],
         "opened_at": None,
         "resolved_at": None,
         "resolution": None,
-        "dedup_key": dedup_key(None, DB_UNREACHABLE),
+        "dedup_key": monitor_dedup_key(host),
     }

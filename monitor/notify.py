@@ -16,7 +16,7 @@ import asyncpg
 
 from cronwarden.logs import get_logger
 from monitor.metrics import Metrics
-from monitor.sinks import Sink, SinkError, send
+from monitor.sinks import Sink, SinkError, failure, send
 from store import notifications
 
 log = get_logger("cronwarden.monitor")
@@ -74,16 +74,19 @@ async def deliver_due(
             if sink is None:
                 raise SinkError(f"sink '{row.sink}' is no longer configured")
             await send(sink, row.message, delivery_id=str(row.id), timeout=policy.send_timeout)
-        except SinkError as exc:
+        except Exception as exc:
+            # Any failure of one sink, a bug in rendering too, fails this row only: it is
+            # retried later, and the pass goes on to record its liveness and ping.
+            error = failure(exc)
             retry_in = policy.retry_in(row.attempts)
             metrics.notification_failed(row.sink)
-            bound.warning("notification.failed", error=str(exc), retry_in_seconds=retry_in)
+            bound.warning("notification.failed", error=error, retry_in_seconds=retry_in)
             async with pool.acquire() as conn:
                 await notifications.mark_failed(
                     conn,
                     notification_id=row.id,
                     claimer=claimer,
-                    error=str(exc),
+                    error=error,
                     retry_in_seconds=retry_in,
                 )
             continue

@@ -16,6 +16,7 @@ from store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
 RECOVERED = "recovered"
 PAUSED = "paused"
 SCHEDULE_DELETED = "schedule-deleted"
+KIND_CHANGED = "kind-changed"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class Plan:
     system: list[Problem] = field(default_factory=list)
     """Overdue schedules paged together by one system incident (new or already open)."""
     resolve: list[Resolution] = field(default_factory=list)
+    replace: list[tuple[Mapping[str, Any], Problem]] = field(default_factory=list)
+    """Open incidents whose problem changed kind: resolved and opened anew in one transaction,
+    so the new problem pages (a run that took too long, then left the schedule overdue)."""
 
 
 def _duration(value: timedelta) -> str:
@@ -127,6 +131,7 @@ def plan(
     open_incidents: Sequence[Mapping[str, Any]],
     watched: int,
     rule: SystemRule,
+    join_window: timedelta = timedelta(seconds=30),
 ) -> Plan:
     """Decide the pass. A run holding its lease too long is the more specific diagnosis of a
     schedule that is also overdue (its next fires are being skipped), so it wins."""
@@ -143,6 +148,8 @@ def plan(
     beats = {b["schedule_id"]: b for b in incident_heartbeats}
     for sid, incident in open_by_schedule.items():
         if sid in problems:
+            if problems[sid].kind != incident["kind"]:
+                result.replace.append((incident, problems[sid]))
             continue
         found_beat = beats.get(sid)
         # A deleted schedule resolves (with a resolve page, so PagerDuty closes it too)
@@ -156,9 +163,14 @@ def plan(
 
     new = [p for sid, p in sorted(problems.items()) if sid not in open_by_schedule]
     late = [p for p in new if p.kind in (OVERDUE, NEVER_RAN)]
-    system_open = any(i["kind"] == SYSTEM for i in open_incidents)
-    # While a system incident is open, schedules that go overdue join it instead of paging one
-    # by one: they are most likely the same outage.
+    # A system incident that opened within `join_window` (the monitor passes two intervals)
+    # takes the schedules that go overdue just after it: most likely the same outage, caught a
+    # pass later. Later ones page on their own. The system page went out already and lists
+    # only its first schedules, so one that joined an hours-old system incident would never
+    # be named to anyone.
+    system_open = any(
+        i["kind"] == SYSTEM and now - i["opened_at"] <= join_window for i in open_incidents
+    )
     if late and (system_open or rule.applies(len(late), watched)):
         result.system = late
         result.open = [p for p in new if p.kind == RUNNING_TOO_LONG]

@@ -43,8 +43,12 @@ ON CONFLICT DO NOTHING
 RETURNING id, schedule_id, kind, summary, details, opened_at
 """
 
-_OPEN_SYSTEM_ID = """
-SELECT id FROM cronwarden.incidents WHERE schedule_id IS NULL AND resolved_at IS NULL
+# Taken before any member is added under the system incident, and held until that
+# transaction commits; see `open_system` for the race it closes.
+_LOCK_OPEN_SYSTEM = """
+SELECT id FROM cronwarden.incidents
+ WHERE schedule_id IS NULL AND resolved_at IS NULL
+   FOR UPDATE
 """
 
 _RESOLVE = """
@@ -54,14 +58,47 @@ UPDATE cronwarden.incidents
 RETURNING id, schedule_id, kind, summary, details, opened_at, resolved_at, resolution, parent_id
 """
 
-# A system incident resolves once none of the schedules it paged for is still open.
-_RESOLVE_FINISHED_SYSTEM = """
-UPDATE cronwarden.incidents s
+# A system incident resolves once none of the schedules it paged for is still open. Three
+# statements in one transaction, not one: the open system row is locked FOR UPDATE first, which
+# waits for any replica adding members under it (it holds the same lock), and only then are the
+# members counted, by a new statement whose snapshot includes what that replica committed.
+_LOCK_SYSTEMS = """
+SELECT id FROM cronwarden.incidents
+ WHERE kind = 'system' AND resolved_at IS NULL
+   FOR UPDATE
+"""
+
+_HAS_OPEN_MEMBERS = """
+SELECT EXISTS (SELECT 1 FROM cronwarden.incidents WHERE parent_id = $1 AND resolved_at IS NULL)
+"""
+
+_RESOLVE_SYSTEM = """
+UPDATE cronwarden.incidents
    SET resolved_at = now(), resolution = 'members-resolved'
- WHERE s.kind = 'system' AND s.resolved_at IS NULL
-   AND NOT EXISTS (SELECT 1 FROM cronwarden.incidents m
-                    WHERE m.parent_id = s.id AND m.resolved_at IS NULL)
+ WHERE id = $1 AND resolved_at IS NULL
 RETURNING id, schedule_id, kind, summary, details, opened_at, resolved_at, resolution, parent_id
+"""
+
+# The safety net behind those locks: an open schedule incident that nobody pages for. Either
+# its parent system incident is resolved (or gone), or it has no parent and no trigger was ever
+# queued for it. Whatever let it happen, it must page on its own.
+_UNPAGED = """
+SELECT i.id, i.schedule_id, i.kind, i.summary, i.details, i.opened_at, i.parent_id
+  FROM cronwarden.incidents i
+  LEFT JOIN cronwarden.incidents p ON p.id = i.parent_id
+ WHERE i.schedule_id IS NOT NULL AND i.resolved_at IS NULL
+   AND CASE WHEN i.parent_id IS NOT NULL THEN p.id IS NULL OR p.resolved_at IS NOT NULL
+            ELSE NOT EXISTS (SELECT 1 FROM cronwarden.notifications n
+                              WHERE n.incident_id = i.id AND n.event = 'trigger')
+       END
+"""
+
+# Detach from the dead parent (so its resolve pages too); conditional, so one replica wins.
+_DETACH = """
+UPDATE cronwarden.incidents i
+   SET parent_id = NULL
+ WHERE i.id = $1 AND i.resolved_at IS NULL AND i.parent_id IS NOT DISTINCT FROM $2
+RETURNING id, schedule_id, kind, summary, details, opened_at, parent_id
 """
 
 _OPEN_INCIDENTS = """
@@ -89,13 +126,24 @@ async def open_incident(
 async def open_system(
     conn: Any, *, summary: str, details: dict[str, Any]
 ) -> tuple[int, dict[str, Any] | None]:
-    """The open system incident's id, and its row when THIS call opened it (and must page)."""
-    row = await conn.fetchrow(_OPEN_SYSTEM, summary, details)
-    if row is not None:
-        return int(row["id"]), dict(row)
-    # Another replica opened it first: its INSERT committed before ours gave up, so we see it.
-    existing: int = await conn.fetchval(_OPEN_SYSTEM_ID)
-    return existing, None
+    """The open system incident's id, LOCKED until the caller's transaction ends, and its row
+    when THIS call opened it (and must page). Call inside the transaction that adds members.
+
+    The race: replica B adds members under open system incident S while replica A resolves S
+    because it has no open member. A's NOT EXISTS cannot see B's uncommitted members, and the
+    members' foreign key takes only a KEY SHARE lock on S, which A's UPDATE does not wait for:
+    S closes while members open under it, and nobody is paged for them. So B locks S FOR UPDATE
+    before adding members and A takes the same lock before counting them. If S was resolved
+    between B's conflicting INSERT and B's lock (FOR UPDATE re-checks `resolved_at IS NULL` on
+    the newest row version and then finds nothing), B tries again and opens a fresh one."""
+    for _ in range(5):
+        row = await conn.fetchrow(_OPEN_SYSTEM, summary, details)
+        if row is not None:
+            return int(row["id"]), dict(row)
+        existing = await conn.fetchval(_LOCK_OPEN_SYSTEM)
+        if existing is not None:
+            return int(existing), None
+    raise RuntimeError("the open system incident kept vanishing while joining it")
 
 
 async def resolve(conn: Any, *, incident_id: int, resolution: str) -> dict[str, Any] | None:
@@ -105,7 +153,27 @@ async def resolve(conn: Any, *, incident_id: int, resolution: str) -> dict[str, 
 
 
 async def resolve_finished_systems(conn: Any) -> list[dict[str, Any]]:
-    return [dict(r) for r in await conn.fetch(_RESOLVE_FINISHED_SYSTEM)]
+    """Resolve every system incident with no open member. Call inside a transaction: the lock
+    on the system row must be held until the resolve commits (see `open_system`)."""
+    resolved = []
+    for system_id in [r["id"] for r in await conn.fetch(_LOCK_SYSTEMS)]:
+        if await conn.fetchval(_HAS_OPEN_MEMBERS, system_id):
+            continue
+        row = await conn.fetchrow(_RESOLVE_SYSTEM, system_id)
+        if row is not None:
+            resolved.append(dict(row))
+    return resolved
+
+
+async def unpaged(conn: Any) -> list[dict[str, Any]]:
+    """Open schedule incidents that no trigger pages for (see `_UNPAGED`)."""
+    return [dict(r) for r in await conn.fetch(_UNPAGED)]
+
+
+async def detach(conn: Any, *, incident_id: int, parent_id: int | None) -> dict[str, Any] | None:
+    """The incident, now on its own; None when another replica took it first."""
+    row = await conn.fetchrow(_DETACH, incident_id, parent_id)
+    return dict(row) if row is not None else None
 
 
 async def open_incidents(conn: Any) -> list[dict[str, Any]]:

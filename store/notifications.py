@@ -9,15 +9,22 @@ from dataclasses import dataclass
 from typing import Any
 
 _ENQUEUE = """
-INSERT INTO cronwarden.notifications (incident_id, event, sink, message)
-SELECT $1, $2, sink, $4::jsonb FROM unnest($3::text[]) AS sink
+INSERT INTO cronwarden.notifications (incident_id, event, sink, message, dedup_key)
+SELECT $1, $2, sink, $4::jsonb, $5 FROM unnest($3::text[]) AS sink
 ON CONFLICT (incident_id, event, sink) DO NOTHING
 """
 
 # Claim one due row. SKIP LOCKED keeps two replicas from waiting on each other; `claimed_until`
 # keeps a row a replica is sending from being sent by another meanwhile, and lets a row whose
-# sender died mid-send (claim lapsed, never delivered) be sent again. A resolve waits for its
-# trigger on the same sink: a resolve that overtook its trigger would leave the page open.
+# sender died mid-send (claim lapsed, never delivered) be sent again.
+#
+# Order is kept per (sink, dedup key), not per incident: a row is claimable only when no earlier
+# row of the same sink and key is still undelivered. Every incident of a schedule shares its
+# PagerDuty dedup_key, so per-incident order is not enough: if incident 1's resolve failed and
+# backed off while the schedule went overdue again, incident 2's trigger would reach PagerDuty
+# first (folded into the open alert), then incident 1's late resolve would close that alert
+# while incident 2 is open, and nobody would be paged. A resolve likewise never overtakes its
+# own trigger.
 _CLAIM = """
 UPDATE cronwarden.notifications n
    SET claimed_by = $1,
@@ -27,10 +34,10 @@ UPDATE cronwarden.notifications n
         SELECT c.id FROM cronwarden.notifications c
          WHERE c.delivered_at IS NULL AND c.next_attempt_at <= now()
            AND (c.claimed_until IS NULL OR c.claimed_until < now())
-           AND NOT (c.event = 'resolve' AND EXISTS (
-                SELECT 1 FROM cronwarden.notifications t
-                 WHERE t.incident_id = c.incident_id AND t.sink = c.sink
-                   AND t.event = 'trigger' AND t.delivered_at IS NULL))
+           AND NOT EXISTS (
+                SELECT 1 FROM cronwarden.notifications e
+                 WHERE e.sink = c.sink AND e.dedup_key = c.dedup_key AND e.id < c.id
+                   AND e.delivered_at IS NULL)
          ORDER BY c.next_attempt_at, c.id
          LIMIT 1
            FOR UPDATE SKIP LOCKED)
@@ -72,7 +79,7 @@ async def enqueue(
     conn: Any, *, incident_id: int, event: str, sinks: list[str], message: dict[str, Any]
 ) -> None:
     if sinks:
-        await conn.execute(_ENQUEUE, incident_id, event, sinks, message)
+        await conn.execute(_ENQUEUE, incident_id, event, sinks, message, message["dedup_key"])
 
 
 async def claim_next(conn: Any, *, claimer: str, claim_seconds: float) -> Claimed | None:

@@ -27,21 +27,22 @@ WITH fence AS (
     ON CONFLICT (logical_key) DO NOTHING
     RETURNING o.logical_key
 ), beat AS (
-    INSERT INTO cronwarden.heartbeats AS h
-           (schedule_id, last_logical_key, last_fire_time, last_success_at, next_expected_at,
-            grace, last_error, updated_at)
-    SELECT $4, $3, $5, now(), $12, $13, NULL, now() FROM recorded WHERE $14
-    ON CONFLICT (schedule_id) DO UPDATE SET
+    -- UPDATE only, never an upsert: rows are created by `schedules apply` and removed by
+    -- `schedules delete`. A delete landing between the guard's look at Temporal and this
+    -- commit must stay deleted; re-creating the row would page "overdue" for ever about a
+    -- schedule that no longer exists.
+    UPDATE cronwarden.heartbeats AS h SET
         -- A replay of an old key must not move "last fire" backwards.
-        last_logical_key = CASE WHEN h.last_fire_time IS NULL
-                                  OR EXCLUDED.last_fire_time >= h.last_fire_time
-                                THEN EXCLUDED.last_logical_key ELSE h.last_logical_key END,
-        last_fire_time = GREATEST(h.last_fire_time, EXCLUDED.last_fire_time),
+        last_logical_key = CASE WHEN h.last_fire_time IS NULL OR $5 >= h.last_fire_time
+                                THEN $3 ELSE h.last_logical_key END,
+        last_fire_time = GREATEST(h.last_fire_time, $5),
         last_success_at = now(),
-        next_expected_at = COALESCE(EXCLUDED.next_expected_at, h.next_expected_at),
-        grace = EXCLUDED.grace,
+        next_expected_at = COALESCE($12, h.next_expected_at),
+        grace = $13,
         last_error = NULL,
         updated_at = now()
+      FROM recorded
+     WHERE h.schedule_id = $4 AND $14
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM fence) AS fenced, EXISTS (SELECT 1 FROM recorded) AS recorded

@@ -51,13 +51,14 @@ class Receiver:
                 if held:
                     receiver.release.wait(timeout=60)
                     status = 503
+                # Recorded before answering: a sender that has its answer may look at once.
+                request.status = status
                 try:
                     self.send_response(status)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                 except OSError:
-                    return  # the sender is gone: it never saw an answer
-                request.status = status
+                    request.status = None  # the sender is gone: it never saw an answer
 
             def do_GET(self) -> None:
                 request = Request("GET", self.path, dict(self.headers), b"", 200)

@@ -33,25 +33,33 @@ class Sink(Protocol):
     def url(self) -> str: ...
 
 
+def failure(exc: BaseException) -> str:
+    """What may be logged of a failed delivery: a SinkError's own text (written to hold no
+    secret), of anything else only its type (its message may quote a URL)."""
+    return str(exc) if isinstance(exc, SinkError) else type(exc).__name__
+
+
 def json_body(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
 
 
 def _post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
-    request = urllib.request.Request(url, data=body, method="POST")
-    request.add_header("Content-Type", "application/json")
-    request.add_header("User-Agent", USER_AGENT)
-    for name, value in headers.items():
-        request.add_header(name, value)
+    # Everything, the Request too, inside the try: urllib's errors (a URL without a scheme
+    # raises ValueError) quote the URL, and a Slack webhook URL is itself a secret. Only the
+    # exception's type and the HTTP status ever leave here.
     try:
+        request = urllib.request.Request(url, data=body, method="POST")
+        request.add_header("Content-Type", "application/json")
+        request.add_header("User-Agent", USER_AGENT)
+        for name, value in headers.items():
+            request.add_header(name, value)
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status: int = response.status
             response.read()
     except urllib.error.HTTPError as exc:
-        raise SinkError(f"HTTP {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        raise SinkError(f"{type(exc).__name__}: {reason}") from None
+        raise SinkError(f"HTTP {exc.code}") from None
+    except Exception as exc:
+        raise SinkError(type(exc).__name__) from None
     if not 200 <= status < 300:
         raise SinkError(f"HTTP {status}")
     return status
@@ -67,13 +75,13 @@ async def ping(url: str, *, timeout: float) -> None:
     """GET a dead-man's-switch URL (healthchecks.io and the like)."""
 
     def get() -> None:
-        request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
         try:
+            request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 response.read()
         except urllib.error.HTTPError as exc:
-            raise SinkError(f"HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise SinkError(f"{type(exc).__name__}") from None
+            raise SinkError(f"HTTP {exc.code}") from None
+        except Exception as exc:
+            raise SinkError(type(exc).__name__) from None
 
     await asyncio.to_thread(get)

@@ -9,8 +9,11 @@
 -- covers every writer of `next_expected_at`/`grace` without their statements changing.
 ALTER TABLE cronwarden.heartbeats ADD COLUMN alert_after timestamptz;
 
+-- Evaluated in UTC whatever the writer's session TimeZone: in a zone with DST, a grace of
+-- '1 day' added across the change would be 23 or 25 hours. In UTC a day is always 24 hours,
+-- as the monitor (which reads grace as a fixed duration) counts it.
 CREATE FUNCTION cronwarden.heartbeats_set_alert_after() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET TimeZone = 'UTC' AS $$
 BEGIN
     NEW.alert_after := NEW.next_expected_at + NEW.grace;
     RETURN NEW;
@@ -21,7 +24,8 @@ CREATE TRIGGER heartbeats_alert_after
     BEFORE INSERT OR UPDATE OF next_expected_at, grace ON cronwarden.heartbeats
     FOR EACH ROW EXECUTE FUNCTION cronwarden.heartbeats_set_alert_after();
 
-UPDATE cronwarden.heartbeats SET alert_after = next_expected_at + grace;
+-- Through the trigger (it fires on `grace` being set), so existing rows are computed in UTC too.
+UPDATE cronwarden.heartbeats SET grace = grace;
 
 -- The monitor's hot query: `NOT paused AND alert_after < now()`.
 CREATE INDEX heartbeats_alert_after ON cronwarden.heartbeats (alert_after) WHERE NOT paused;
@@ -59,6 +63,7 @@ CREATE TABLE cronwarden.notifications (
     event           text        NOT NULL CHECK (event IN ('trigger', 'resolve')),
     sink            text        NOT NULL,
     message         jsonb       NOT NULL,  -- sink-neutral; rendered per sink at delivery
+    dedup_key       text        NOT NULL,  -- what the sink folds by (PagerDuty's dedup_key)
     created_at      timestamptz NOT NULL DEFAULT now(),
     attempts        integer     NOT NULL DEFAULT 0,
     next_attempt_at timestamptz NOT NULL DEFAULT now(),
@@ -71,6 +76,10 @@ CREATE TABLE cronwarden.notifications (
 
 CREATE INDEX notifications_pending
     ON cronwarden.notifications (next_attempt_at) WHERE delivered_at IS NULL;
+-- Delivery is in order per (sink, dedup key): a row waits for every earlier undelivered row of
+-- the same sink and key, across incidents (all incidents of one schedule share the key).
+CREATE INDEX notifications_pending_by_key
+    ON cronwarden.notifications (sink, dedup_key, id) WHERE delivered_at IS NULL;
 
 -- Watch the watcher: each monitor process records every pass it completes.
 CREATE TABLE cronwarden.monitor_state (

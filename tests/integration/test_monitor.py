@@ -11,22 +11,28 @@ import hmac
 import json
 import os
 import signal
+import socket
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import pytest
+from pydantic import SecretStr
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from cronwarden.config import Settings
 from cronwarden.embedded import free_port
 from monitor.loop import Monitor, options_from_settings, run_monitor, sinks_from_settings
+from monitor.messages import TRIGGER, incident_message
+from monitor.sinks.slack import SlackSink
 from schedules.apply import apply_definitions
-from store import incidents, locks, watch
+from store import incidents, locks, notifications, runs, watch
+from store.pool import connect
+from store.runs import CommitOutcome
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
 from tests.integration.test_cli import cli
 from tests.integration.test_guard import start_run
@@ -210,11 +216,8 @@ async def test_an_operator_paused_schedule_does_not_page(
     assert await incidents_of(pool, schedule_id) == []
 
 
-async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_long(
-    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
-) -> None:
-    # The heartbeat is fine (its next fire is ahead): only the lease says something is wrong.
-    await stage(pool, schedule_id, late="-1 hour")
+async def hold_lease_past_deadline(pool: asyncpg.Pool, schedule_id: str) -> None:
+    """A run that took its lease 20 minutes ago, still renews it, and should have ended."""
     async with pool.acquire() as conn:
         await conn.execute(
             """
@@ -228,18 +231,54 @@ async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_
             f"{schedule_id}@2026-03-01T11:00:00Z",
             schedule_id,
         )
+
+
+async def release_lease(pool: asyncpg.Pool, schedule_id: str) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET holder = NULL, expires_at = now() WHERE name = $1",
+            f"schedule:{schedule_id}",
+        )
+
+
+async def test_a_run_holding_its_lease_past_timeout_and_grace_pages_running_too_long(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # The heartbeat is fine (its next fire is ahead): only the lease says something is wrong.
+    await stage(pool, schedule_id, late="-1 hour")
+    await hold_lease_past_deadline(pool, schedule_id)
     async with monitoring(database, receiver) as monitor:
         await passes(monitor, 2)
         [body] = events(receiver)
         assert body["kind"] == "running-too-long"
         assert body["details"]["logical_key"] == f"{schedule_id}@2026-03-01T11:00:00Z"
-        async with pool.acquire() as conn:  # the run finishes and releases its lease
-            await conn.execute(
-                "UPDATE cronwarden.locks SET holder = NULL, expires_at = now() WHERE name = $1",
-                f"schedule:{schedule_id}",
-            )
+        await release_lease(pool, schedule_id)  # the run finishes
         await passes(monitor, 2)
     assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
+async def test_a_run_too_long_that_leaves_the_schedule_overdue_pages_again_as_overdue(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id, late="-1 hour")
+    await hold_lease_past_deadline(pool, schedule_id)
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 2)
+        await release_lease(pool, schedule_id)  # the run ends; the schedule missed its fires
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 hour'"
+                " WHERE schedule_id = $1",
+                schedule_id,
+            )
+        await passes(monitor, 2)
+    assert [(b["kind"], b["event"]) for b in events(receiver)] == [
+        ("running-too-long", "trigger"),
+        ("running-too-long", "resolve"),
+        ("overdue", "trigger"),
+    ]
+    first, second = await incidents_of(pool, schedule_id)
+    assert first["resolution"] == "kind-changed" and second["resolved_at"] is None
 
 
 async def test_the_guard_records_the_runs_deadline_on_its_lease(
@@ -275,6 +314,59 @@ async def test_acquire_without_a_deadline_leaves_the_lease_unwatched(pool: async
     assert row["run_deadline"] is None and row["schedule_id"] is None
 
 
+async def commit_a_run(pool: asyncpg.Pool, schedule_id: str) -> CommitOutcome:
+    """What the guard's commit does, for a fresh lease on the schedule."""
+    lock = f"schedule:{schedule_id}"
+    fire = datetime(2026, 3, 1, 11, 0, tzinfo=UTC)
+    key = f"{schedule_id}@2026-03-01T11:00:00Z"
+    async with pool.acquire() as conn:
+        got = await locks.acquire(conn, name=lock, holder="h", ttl_seconds=10, logical_key=key)
+        assert got.token is not None
+        return await runs.commit_run(
+            conn,
+            runs.CommitRecord(
+                lock_name=lock,
+                token=got.token,
+                logical_key=key,
+                schedule_id=schedule_id,
+                fire_time=fire,
+                result={},
+                attempt=1,
+                worker="w",
+                args_digest="d",
+                workflow_id=None,
+                run_id=None,
+                next_expected_at=fire + timedelta(hours=1),
+                grace=timedelta(minutes=1),
+                write_heartbeat=True,
+            ),
+        )
+
+
+async def test_a_runs_commit_never_recreates_the_heartbeat_of_a_deleted_schedule(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    # `schedules delete` removed the row after the guard saw the schedule in Temporal.
+    outcome = await commit_a_run(pool, schedule_id)
+    assert outcome.fenced and outcome.recorded
+    assert (
+        await fetch(pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id)
+        == []
+    )
+
+
+async def test_a_runs_commit_updates_the_heartbeat_row_that_apply_created(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    await commit_a_run(pool, schedule_id)
+    [beat] = await fetch(
+        pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
+    )
+    assert beat["last_logical_key"] == f"{schedule_id}@2026-03-01T11:00:00Z"
+    assert beat["next_expected_at"] == datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
 async def test_five_schedules_overdue_together_send_one_system_page_and_one_resolve(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
@@ -301,6 +393,96 @@ async def test_five_schedules_overdue_together_send_one_system_page_and_one_reso
     assert [b["event_action"] for b in events(receiver, "/pd")] == ["trigger", "resolve"]
     [system] = await incidents_of(pool, None)
     assert system["resolution"] == "members-resolved"
+
+
+async def open_system_row(pool: asyncpg.Pool, *, resolved: bool = False) -> int:
+    async with pool.acquire() as conn:
+        system_id: int = await conn.fetchval(
+            "INSERT INTO cronwarden.incidents (schedule_id, kind, summary, resolved_at)"
+            " VALUES (NULL, 'system', 'staged', CASE WHEN $1 THEN now() END) RETURNING id",
+            resolved,
+        )
+    return system_id
+
+
+async def test_resolving_a_system_incident_waits_for_a_replica_adding_members_under_it(
+    database: str, pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    # Two replicas interleaved by hand: B joins the open system incident S (no member yet, so
+    # A finds it finished) and has not committed when A tries to resolve S.
+    system_id = await open_system_row(pool)
+    await stage(pool, schedule_id)
+    replica_b = await connect(database)
+    replica_a = await connect(database)
+    try:
+        joining = replica_b.transaction()
+        await joining.start()
+        joined, created = await incidents.open_system(replica_b, summary="s", details={})
+        assert (joined, created) == (system_id, None)
+        member = await incidents.open_incident(
+            replica_b,
+            schedule_id=schedule_id,
+            kind="overdue",
+            summary="late",
+            details={},
+            parent_id=system_id,
+        )
+        assert member is not None
+
+        async def resolve_in_a() -> list[dict[str, Any]]:
+            async with replica_a.transaction():
+                return await incidents.resolve_finished_systems(replica_a)
+
+        resolving = asyncio.create_task(resolve_in_a())
+        a_pid = replica_a.get_server_pid()
+
+        async def a_waits_for_b() -> bool:
+            async with pool.acquire() as conn:
+                return bool(
+                    await conn.fetchval(
+                        "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1",
+                        a_pid,
+                    )
+                )
+
+        await wait_for(a_waits_for_b, timeout=10, what="A to wait on B's lock", interval=0.05)
+        await joining.commit()
+        assert await asyncio.wait_for(resolving, timeout=10) == []
+    finally:
+        await replica_b.close()
+        await replica_a.close()
+    [system] = await incidents_of(pool, None)
+    assert system["resolved_at"] is None
+
+
+async def test_an_open_incident_that_nothing_pages_for_pages_on_its_own(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # What the races around a system incident could leave behind: a member open under a
+    # resolved parent, and an incident with no parent whose trigger was never queued.
+    orphan, parentless = f"{schedule_id}-orphan", f"{schedule_id}-parentless"
+    closed = await open_system_row(pool, resolved=True)
+    for sid, parent in ((orphan, closed), (parentless, None)):
+        await stage(pool, sid)
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO cronwarden.incidents (schedule_id, kind, summary, parent_id)"
+                " VALUES ($1, 'overdue', 'staged', $2)",
+                sid,
+                parent,
+            )
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 3)
+        assert sorted(b["schedule_id"] for b in events(receiver)) == [orphan, parentless]
+        for sid in (orphan, parentless):
+            await heartbeat_lands(pool, sid)
+        await passes(monitor, 2)
+    assert sorted((b["schedule_id"], b["event"]) for b in events(receiver)) == [
+        (orphan, "resolve"),
+        (orphan, "trigger"),
+        (parentless, "resolve"),
+        (parentless, "trigger"),
+    ]
 
 
 async def test_slack_and_pagerduty_receive_their_documented_formats(
@@ -356,23 +538,142 @@ async def test_a_sink_answering_500_then_200_gets_the_page_once(
     assert monitor.metrics.failed["webhook"] == 2 and monitor.metrics.sent["webhook"] == 1
 
 
+async def due_now(pool: asyncpg.Pool) -> None:
+    """Move every backed-off notification's retry to now: the test, not the clock, decides."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.notifications SET next_attempt_at = now() WHERE delivered_at IS NULL"
+        )
+
+
 async def test_a_resolve_waits_until_its_trigger_reached_the_sink(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
     await stage(pool, schedule_id)
     receiver.script.extend([500])
-    async with monitoring(database, receiver, monitor_retry_base_seconds=3) as monitor:
-        await passes(monitor)  # the trigger fails and backs off for three seconds
+    # A backoff far longer than the test: only `due_now` makes the failed trigger due again.
+    slow = {"monitor_retry_base_seconds": 3600, "monitor_retry_max_seconds": 3600}
+    async with monitoring(database, receiver, **slow) as monitor:
+        await passes(monitor)  # the trigger fails and backs off
         await heartbeat_lands(pool, schedule_id)
-        await passes(monitor)  # the resolve is due, but its trigger is not delivered yet
+        await passes(monitor, 2)  # the resolve is due, but its trigger is not delivered yet
         assert [r.status for r in receiver.at("/hook")] == [500]
-
-        async def both() -> bool:
-            await passes(monitor)
-            return len(events(receiver)) == 2
-
-        await wait_for(both, timeout=20, what="trigger and resolve", interval=0.2)
+        await due_now(pool)
+        await passes(monitor)
     assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
+async def test_a_late_resolve_of_one_incident_never_closes_the_next_incidents_page(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # PagerDuty folds every incident of a schedule under one dedup_key: incident 1's resolve,
+    # delivered after incident 2's trigger, would close the page incident 2 needs.
+    await stage(pool, schedule_id)
+    only_pd = {
+        "alert_webhook_url": None,
+        "pagerduty_routing_key": ROUTING_KEY,
+        "pagerduty_url": receiver.url("/pd"),
+        "monitor_retry_base_seconds": 3600,
+        "monitor_retry_max_seconds": 3600,
+    }
+    async with monitoring(database, receiver, **only_pd) as monitor:
+        await passes(monitor)  # incident 1's trigger is delivered
+        receiver.script.extend([500])
+        await heartbeat_lands(pool, schedule_id)
+        await passes(monitor)  # incident 1's resolve fails and backs off
+        async with pool.acquire() as conn:  # the schedule goes overdue again
+            await conn.execute(
+                "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 hour'"
+                " WHERE schedule_id = $1",
+                schedule_id,
+            )
+        await passes(monitor, 2)  # incident 2 opens; its trigger waits for the resolve
+        assert len(await incidents_of(pool, schedule_id)) == 2
+        assert [b["event_action"] for b in events(receiver, "/pd")] == ["trigger"]
+        await due_now(pool)
+        await passes(monitor)
+    assert [b["event_action"] for b in events(receiver, "/pd")] == [
+        "trigger",
+        "resolve",
+        "trigger",
+    ]
+    assert {b["dedup_key"] for b in events(receiver, "/pd")} == {f"cronwarden:{schedule_id}"}
+
+
+async def test_a_sink_url_without_a_scheme_is_refused_at_start_without_echoing_it(
+    database: str, receiver: Receiver
+) -> None:
+    values = settings_for(database, receiver, slack_webhook_url="hooks.example/slack-token-5d1e")
+    result = await cli(env_for(values), "monitor", "--once")
+    out = result.stdout + result.stderr
+    assert result.code == 2, out
+    assert "CRONWARDEN_SLACK_WEBHOOK_URL" in out and "http" in out
+    assert "slack-token-5d1e" not in out and "Traceback" not in out
+    assert receiver.requests == []
+
+
+async def test_a_sink_that_raises_fails_its_own_rows_and_the_pass_goes_on(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    async with monitoring(database, receiver, monitor_ping_url=receiver.url("/ping")) as monitor:
+        # A URL urllib refuses with a ValueError that quotes it (settings would refuse it).
+        monitor.sinks["slack"] = SlackSink(SecretStr("no-scheme/slack-token-5d1e"))
+        await passes(monitor, 2)
+    assert [b["event"] for b in events(receiver)] == ["trigger"]
+    assert len(receiver.at("/ping")) == 2
+    [failed] = await fetch(pool, "SELECT * FROM cronwarden.notifications WHERE sink = 'slack'")
+    assert failed["delivered_at"] is None and failed["claimed_until"] is None
+    assert failed["last_error"] == "ValueError"
+    [state] = await fetch(pool, "SELECT * FROM cronwarden.monitor_state")
+    assert state["passes"] == 2
+
+
+async def test_delivery_in_one_pass_stops_once_its_budget_is_spent(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage_many(pool, schedule_id, 5)
+    receiver.hold.set()  # every send hangs until its timeout
+    # Budget of a pass: max(interval 0.2 s, send timeout 0.5 s); the first send alone uses it.
+    slow = {"monitor_send_timeout_seconds": 0.5, "monitor_system_min_schedules": 100}
+    async with monitoring(database, receiver, **slow) as monitor:
+        report = await monitor.run_pass()
+    assert report.opened == 5 and report.delivered == 0
+    assert len(receiver.at("/hook")) == 1
+    untried = await fetch(pool, "SELECT * FROM cronwarden.notifications WHERE attempts = 0")
+    assert len(untried) == 4
+
+
+async def test_a_claimed_notification_is_sent_again_once_its_claim_lapses(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    async with monitoring(database, receiver) as monitor:
+        async with pool.acquire() as conn:  # a replica opened it, claimed the page, then died
+            opened = await incidents.open_incident(
+                conn, schedule_id=schedule_id, kind="overdue", summary="late", details={}
+            )
+            assert opened is not None
+            await notifications.enqueue(
+                conn,
+                incident_id=opened["id"],
+                event=TRIGGER,
+                sinks=monitor.sink_names,
+                message=incident_message(TRIGGER, opened),
+            )
+            claimed = await notifications.claim_next(conn, claimer="dead", claim_seconds=3600)
+            assert claimed is not None
+        await passes(monitor, 2)
+        assert receiver.at("/hook") == []  # the claim still holds
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE cronwarden.notifications SET claimed_until = now() - interval '1 second'"
+            )
+        await passes(monitor)
+    [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
+    assert row["delivered_at"] is not None and row["attempts"] == 2
+    assert row["claimed_by"] == monitor.identity
+    assert len(events(receiver)) == 1
 
 
 async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
@@ -392,12 +693,36 @@ async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
     assert paged == sorted(ids)
 
 
+async def waiting_on_locks(pool: asyncpg.Pool, at_least: int) -> bool:
+    """At least this many monitor sessions wait for a lock (a test holds it)."""
+    async with pool.acquire() as conn:
+        waiting: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'cronwarden' AND wait_event_type = 'Lock'"
+        )
+    return waiting >= at_least
+
+
 async def test_two_monitor_processes_over_one_database_page_once(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
     ids = await stage_many(pool, schedule_id, 2)
     env = env_for(settings_for(database, receiver))
-    results = await asyncio.gather(*(cli(env, "monitor", "--once") for _ in range(2)))
+    # Force the overlap: EXCLUSIVE lets both processes read their snapshot (both see no open
+    # incident) but holds both INSERTs until both wait. From there only the conditional
+    # INSERT decides which process pages for which schedule.
+    async with pool.acquire() as holder:
+        blocking = holder.transaction()
+        await blocking.start()
+        await holder.execute("LOCK TABLE cronwarden.incidents IN EXCLUSIVE MODE")
+        runs = [asyncio.create_task(cli(env, "monitor", "--once")) for _ in range(2)]
+        try:
+            await wait_for(
+                lambda: waiting_on_locks(pool, 2), timeout=30, what="both monitors to wait"
+            )
+        finally:
+            await blocking.rollback()
+        results = await asyncio.gather(*runs)
     assert [r.code for r in results] == [0, 0], results
     assert sorted(b["schedule_id"] for b in events(receiver)) == sorted(ids)
     assert len(receiver.at("/hook")) == 2
@@ -477,7 +802,8 @@ async def test_a_monitor_that_cannot_reach_the_database_alerts_the_sinks_directl
         assert secret not in out
     [page] = events(receiver)
     assert page["kind"] == "monitor-database-unreachable"
-    assert events(receiver, "/pd")[0]["dedup_key"] == "cronwarden:monitor"
+    # Its own key per host: another replica's resolve must not close this alert.
+    assert events(receiver, "/pd")[0]["dedup_key"] == f"cronwarden:monitor:{socket.gethostname()}"
     assert len(events(receiver, SLACK_PATH)) == 1
 
     # In a long-running monitor the alert is rate-limited, not repeated every pass; once the
@@ -508,6 +834,24 @@ async def test_a_connection_the_database_dropped_does_not_page_the_database_aler
         assert killed >= 1
         assert await monitor.step() is None
     assert receiver.requests == []
+
+
+async def test_a_pass_stuck_on_a_lock_times_out_and_alerts_then_the_monitor_goes_on(
+    database: str, pool: asyncpg.Pool, receiver: Receiver
+) -> None:
+    fast = {"monitor_database_timeout_seconds": 1, "monitor_send_timeout_seconds": 0.5}
+    async with pool.acquire() as holder, monitoring(database, receiver, **fast) as monitor:
+        # Another session holds a lock that the delivery part of the pass needs.
+        async with holder.transaction():
+            await holder.execute("LOCK TABLE cronwarden.notifications IN ACCESS EXCLUSIVE MODE")
+            failed = await monitor.step()
+            assert isinstance(failed, TimeoutError)
+            assert [b["event"] for b in events(receiver)] == ["trigger"]
+        assert await monitor.step() is None
+    assert [(b["kind"], b["event"]) for b in events(receiver)] == [
+        ("monitor-database-unreachable", "trigger"),
+        ("monitor-database-unreachable", "resolve"),
+    ]
 
 
 async def test_the_monitor_records_its_liveness_and_pings_the_dead_mans_switch(
@@ -555,6 +899,35 @@ async def test_metrics_and_healthz_are_served_over_http(
     assert "cronwarden_open_incidents 1\n" in text
     assert "cronwarden_monitor_database_up 1\n" in text
     assert f'cronwarden_schedule_seconds_since_last_success{{schedule_id="{schedule_id}"}}' in text
+
+
+async def test_a_busy_metrics_port_is_one_error_naming_the_port(
+    database: str, receiver: Receiver
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = env_for(settings_for(database, receiver))
+        result = await cli(env, "monitor", "--once", "--metrics-port", str(port))
+    out = result.stdout + result.stderr
+    assert result.code == 1, out
+    assert "error: " in out and str(port) in out and "Traceback" not in out
+
+
+async def test_the_alert_deadline_adds_a_days_grace_as_24_hours_in_a_dst_session(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    # Berlin moves its clocks forward on 2026-03-29: there '1 day' after noon UTC on the 28th
+    # is only 23 hours later.
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL TimeZone = 'Europe/Berlin'")
+        alert_after = await conn.fetchval(
+            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, grace)"
+            " VALUES ($1, '2026-03-28T12:00:00Z', interval '1 day') RETURNING alert_after",
+            schedule_id,
+        )
+    assert alert_after == datetime(2026, 3, 29, 12, 0, tzinfo=UTC)
 
 
 async def test_the_overdue_scan_is_an_index_range_scan(database: str, pool: asyncpg.Pool) -> None:

@@ -48,8 +48,16 @@ def lease(sid: str) -> dict[str, Any]:
     }
 
 
-def incident(iid: int, sid: str | None, kind: str = OVERDUE) -> dict[str, Any]:
-    return {"id": iid, "schedule_id": sid, "kind": kind, "parent_id": None}
+def incident(
+    iid: int, sid: str | None, kind: str = OVERDUE, *, opened_ago: float = 10
+) -> dict[str, Any]:
+    return {
+        "id": iid,
+        "schedule_id": sid,
+        "kind": kind,
+        "parent_id": None,
+        "opened_at": NOW - timedelta(seconds=opened_ago),
+    }
 
 
 def decide(**kwargs: Any) -> Any:
@@ -143,7 +151,35 @@ def test_the_system_rule_needs_both_the_count_and_the_share() -> None:
     assert not SystemRule().applies(5, 0)
 
 
-def test_while_a_system_incident_is_open_newly_overdue_schedules_join_it() -> None:
+def test_a_schedule_overdue_long_after_the_system_incident_opened_pages_on_its_own() -> None:
+    old_system = incident(9, None, SYSTEM, opened_ago=3600)
+    result = decide(
+        overdue=[beat("f")], open_incidents=[old_system], join_window=timedelta(seconds=30)
+    )
+    assert result.system == []
+    assert [p.schedule_id for p in result.open] == ["f"]
+
+
+def test_just_after_a_system_incident_opened_newly_overdue_schedules_join_it() -> None:
     result = decide(overdue=[beat("f")], open_incidents=[incident(9, None, SYSTEM)])
     assert [p.schedule_id for p in result.system] == ["f"]
     assert result.open == []
+
+
+def test_an_open_incident_whose_problem_changed_kind_is_replaced() -> None:
+    # The run that took too long ended; the fires it made the schedule miss leave it overdue.
+    decided = decide(
+        overdue=[beat("a")],
+        incident_heartbeats=[beat("a")],
+        open_incidents=[incident(1, "a", RUNNING_TOO_LONG)],
+    )
+    [(old, problem)] = decided.replace
+    assert old["id"] == 1 and problem.kind == OVERDUE
+    assert decided.open == [] and decided.resolve == [] and decided.system == []
+
+
+def test_an_open_incident_of_the_same_kind_is_left_alone() -> None:
+    decided = decide(
+        overdue=[beat("a")], incident_heartbeats=[beat("a")], open_incidents=[incident(1, "a")]
+    )
+    assert decided.replace == [] and decided.open == [] and decided.resolve == []

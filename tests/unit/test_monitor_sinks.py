@@ -90,9 +90,11 @@ def test_system_and_database_pages_are_critical_with_their_own_dedup_keys() -> N
     assert event["dedup_key"] == "cronwarden:system"
     assert event["payload"]["severity"] == "critical"
     assert event["payload"]["custom_details"]["schedules"] == ["a"]
-    db = database_unreachable_message(TRIGGER, monitor_id="m1", error="OSError: refused")
+    db = database_unreachable_message(
+        TRIGGER, monitor_id="m1", host="monitor-7d9f", error="OSError: refused"
+    )
     assert db["kind"] == DB_UNREACHABLE
-    assert pagerduty_event(db, routing_key="k")["dedup_key"] == "cronwarden:monitor"
+    assert pagerduty_event(db, routing_key="k")["dedup_key"] == "cronwarden:monitor:monitor-7d9f"
 
 
 def test_a_slack_message_has_text_and_one_mrkdwn_section() -> None:
