@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -422,10 +423,7 @@ async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, managed: str
 ) -> None:
     handle = client.get_schedule_handle(managed)
-    # A worker redeployed without the `probe` job.
-    without_probe = JobRegistry()
-    without_probe.register(REGISTRY.get("noop-digest"))
-    async with in_process_worker(client, pool, task_queue, without_probe):
+    async with in_process_worker(client, pool, task_queue, without_probe()):
         await handle.trigger()
 
         async def paused() -> bool:
@@ -452,6 +450,53 @@ async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
     row = next(r for r in json.loads(status.stdout)["schedules"] if r["schedule_id"] == managed)
     assert row["paused_by"] == "failure"
     assert row["orphaned"] is True
+
+
+def without_probe() -> JobRegistry:
+    """The registry of a worker deployed without the `probe` job."""
+    registry = JobRegistry()
+    registry.register(REGISTRY.get("noop-digest"))
+    return registry
+
+
+async def test_a_retry_on_a_worker_that_has_the_job_commits_and_leaves_the_schedule_running(
+    client: Client, pool: asyncpg.Pool, task_queue: str, apply_one: ApplyOne, schedule_id: str
+) -> None:
+    # A rolling deploy: the old worker (without the job) takes the first attempt; the retry
+    # lands on the new worker.
+    handle = await apply_one(definition(schedule_id, max_attempts=10))
+    async with AsyncExitStack() as workers:
+        old = await workers.enter_async_context(
+            in_process_worker(client, pool, task_queue, without_probe())
+        )
+        await handle.trigger()
+
+        async def failed_once() -> str | None:
+            for running in (await handle.describe()).info.running_actions:
+                assert isinstance(running, ScheduleActionExecutionStartWorkflow)
+                wf = await client.get_workflow_handle(running.workflow_id).describe()
+                pending = wf.raw_description.pending_activities
+                if pending and pending[0].attempt >= 2:
+                    return str(running.workflow_id)
+            return None
+
+        workflow_id = await wait_for(failed_once, timeout=30, what="a failed first attempt")
+        # Another process in real life: one client may not run two workers on one queue.
+        other = await Client.connect(client.service_client.config.target_host)
+        await workers.enter_async_context(in_process_worker(other, pool, task_queue))
+        await old.shutdown()
+        await wait_for(
+            lambda: fetch(
+                pool, "SELECT 1 FROM cronwarden.outbox WHERE workflow_id = $1", workflow_id
+            ),
+            timeout=60,
+            what="the retry's commit",
+        )
+    rows = await fetch(pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id)
+    assert len(rows) == 1
+    desc = await handle.describe()
+    assert desc.schedule.state.paused is False
+    assert desc.schedule.state.note is None or "cronwarden: job" not in desc.schedule.state.note
 
 
 async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_it(
