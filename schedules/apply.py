@@ -35,6 +35,7 @@ from schedules.inventory import (
     all_views,
     describe_or_none,
     is_managed,
+    is_managed_or_refuse,
 )
 from schedules.mapping import (
     DEFINITION_MEMO,
@@ -89,7 +90,7 @@ async def plan_one(
     desc = await describe_or_none(client, defn.id)
     if desc is None:
         return Change(defn.id, CREATED), None
-    if not await is_managed(desc):
+    if not await is_managed_or_refuse(desc):
         raise NotManaged(
             f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
             "it is left alone: delete it yourself or give this schedule another id"
@@ -113,7 +114,7 @@ def _updater(
         # Judged on the description the SDK just fetched, not on our earlier look: the schedule
         # may have been created (by someone else) or updated (by a concurrent apply) since.
         current = inp.description
-        if not await is_managed(current):
+        if not await is_managed_or_refuse(current):
             raise NotManaged(
                 f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
                 "it is left alone"

@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     Schedule,
@@ -32,7 +33,7 @@ from activities.jobs import REGISTRY, JobRegistry
 from schedules import operations
 from schedules.apply import apply_definitions, describe_or_none, send_update
 from schedules.inventory import action_memo, schedule_ids
-from schedules.mapping import DIGEST_MEMO, definition_digest, to_temporal
+from schedules.mapping import DIGEST_MEMO, MANAGED_MEMO, definition_digest, to_temporal
 from schedules.model import ScheduleDefinition
 from store import heartbeats
 from tests.integration.conftest import fetch, in_process_worker, wait_for
@@ -97,13 +98,16 @@ async def committed(pool: asyncpg.Pool, logical_key: str) -> list[asyncpg.Record
     return await fetch(pool, "SELECT * FROM cronwarden.outbox WHERE logical_key = $1", logical_key)
 
 
-async def foreign_schedule(client: Client, sid: str, task_queue: str) -> ScheduleHandle:
+async def foreign_schedule(
+    client: Client, sid: str, task_queue: str, *, memo: dict[str, Any] | None = None
+) -> ScheduleHandle:
     return await client.create_schedule(
         sid,
         Schedule(
             action=ScheduleActionStartWorkflow("SomeoneElses", id="x", task_queue=task_queue),
             spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=300))]),
         ),
+        memo=memo,
     )
 
 
@@ -231,6 +235,47 @@ async def test_list_marks_unmanaged_schedules_and_its_json_has_the_documented_ke
     finally:
         await client.get_schedule_handle(ours).delete()
         await client.get_schedule_handle(foreign).delete()
+
+
+async def test_a_memo_this_process_cannot_decode_is_unmanaged_and_never_a_traceback(
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    client: Client,
+    task_queue: str,
+    cleanup: list[str],
+) -> None:
+    # Another team's codec (or ours, read by a CLI without CRONWARDEN_PAYLOAD_CODEC).
+    sealed = Payload(metadata={"encoding": b"binary/encrypted"}, data=b"\x00sealed")
+    foreign, named, ours = new_id("sealed"), new_id("sealed-ours"), new_id("ours")
+    cleanup.extend([foreign, named, ours])
+    await foreign_schedule(client, foreign, task_queue, memo={"their-team": sealed})
+    await foreign_schedule(client, named, task_queue, memo={MANAGED_MEMO: sealed})
+    await wait_for(lambda: listed(client, foreign, named), timeout=20, what="listed")
+
+    listing = await cli(cli_env, "schedules", "list", "--json")
+    assert listing.code == 0, listing
+    rows = {r["schedule_id"]: r for r in json.loads(listing.stdout)["schedules"]}
+    assert rows[foreign]["managed"] is False and rows[named]["managed"] is False
+    status = await cli(cli_env, "status", "--json")
+    assert status.code == 0, status
+    described = await cli(cli_env, "schedules", "describe", foreign, "--json")
+    assert described.code == 0, described
+
+    created = await cli(
+        cli_env, "schedules", "apply", str(write(tmp_path, "schedules:\n" + entry(ours)))
+    )
+    assert created.code == 0, created
+    assert f"{ours}: created" in created.stdout
+
+    refused = await cli(
+        cli_env, "schedules", "apply", str(write(tmp_path, "schedules:\n" + entry(named)))
+    )
+    assert refused.code == 1, refused
+    assert "CRONWARDEN_PAYLOAD_CODEC" in refused.stderr
+    paused = await cli(cli_env, "schedules", "pause", named)
+    assert paused.code == 1 and "CRONWARDEN_PAYLOAD_CODEC" in paused.stderr
+    for result in (listing, status, described, created, refused, paused):
+        assert "Traceback" not in result.stderr
 
 
 async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
