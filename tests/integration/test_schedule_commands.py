@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
@@ -27,7 +28,7 @@ from temporalio.client import (
     ScheduleSpec,
 )
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.jobs import REGISTRY, JobRegistry
 from schedules import operations
@@ -276,6 +277,44 @@ async def test_a_memo_this_process_cannot_decode_is_unmanaged_and_never_a_traceb
     assert paused.code == 1 and "CRONWARDEN_PAYLOAD_CODEC" in paused.stderr
     for result in (listing, status, described, created, refused, paused):
         assert "Traceback" not in result.stderr
+
+
+@workflow.defn(name="SomeoneElses")
+class SomeoneElsesWorkflow:
+    """A foreign team's workflow: its result is no RunOutcome."""
+
+    @workflow.run
+    async def run(self) -> str:
+        return "their own result"
+
+
+async def test_describe_of_a_foreign_schedule_that_has_run_shows_its_runs_without_outcome(
+    client: Client, cli_env: dict[str, str], task_queue: str, cleanup: list[str]
+) -> None:
+    sid = new_id("foreign-ran")
+    cleanup.append(sid)
+    handle = await foreign_schedule(client, sid, task_queue)
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[SomeoneElsesWorkflow],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        await handle.trigger()
+
+        async def finished() -> bool:
+            info = (await handle.describe()).info
+            return bool(info.recent_actions) and not info.running_actions
+
+        await wait_for(finished, timeout=30, what="the foreign run to finish")
+    result = await cli(cli_env, "schedules", "describe", sid, "--json")
+    assert result.code == 0, result
+    (run,) = json.loads(result.stdout)["recent_runs"]
+    assert run["status"] == "completed"
+    assert run["outcome"] is None and run["committed"] is None
+    text = await cli(cli_env, "schedules", "describe", sid)
+    assert text.code == 0, text
+    assert "completed" in text.stdout
 
 
 async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
