@@ -1,9 +1,9 @@
 """Operator actions on one managed schedule: pause, unpause, trigger, delete.
 
 Pause and unpause are Temporal's patch operations (no read-modify-write of the schedule), so they
-cannot overwrite a concurrent apply or pause_on_failure. Temporal is changed first, then the
-heartbeat row: if the second step fails, the monitor pages about a paused schedule (loud) rather
-than staying silent about a running one.
+cannot overwrite a concurrent apply or pause_on_failure. Each orders its two writes so that a
+failure between them leaves the monitor paging (loud) rather than silent: pause changes Temporal
+first, then the heartbeat row; unpause clears the row's pause first, then unpauses Temporal.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
+from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 
 from activities.contract import logical_key
@@ -21,9 +22,14 @@ from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
 from schedules.health import OPERATOR_NOTE
 from schedules.inventory import ScheduleView, get_managed
+from schedules.model import ScheduleDefinition
 from store import heartbeats
 
 log = get_logger("cronwarden.schedules")
+
+_TIMEDELTA = TypeAdapter(timedelta)
+# The schedule file's default, for a definition whose stored grace cannot be read.
+DEFAULT_GRACE: timedelta = ScheduleDefinition.model_fields["heartbeat_grace"].default
 
 # How long `trigger` waits for Temporal to report the run it started.
 TRIGGER_WAIT_SECONDS = 10.0
@@ -59,18 +65,36 @@ async def pause(
 
 
 async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> ScheduleView:
-    await get_managed(client, schedule_id)
+    before = await get_managed(client, schedule_id)
+    async with pool.acquire() as conn:
+        had_row = await heartbeats.clear_pause(conn, schedule_id)
     await client.get_schedule_handle(schedule_id).unpause(note="unpaused by operator")
     after = await get_managed(client, schedule_id)
     next_fire = after.next_fire_times[0] if after.next_fire_times else None
     async with pool.acquire() as conn:
-        await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
+        if had_row:
+            # The time spent paused is not a missed run: expect the next fire from now.
+            await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
+        else:
+            # No row (never applied here, or lost): start tracking, or the monitor never would.
+            await heartbeats.expect(
+                conn, schedule_id=schedule_id, next_expected_at=next_fire, grace=_grace(before)
+            )
     log.info(
         "schedule.unpaused",
         schedule_id=schedule_id,
         next_expected_at=next_fire.isoformat() if next_fire else None,
+        heartbeat_created=not had_row,
     )
     return after
+
+
+def _grace(view: ScheduleView) -> timedelta:
+    raw = (view.definition or {}).get("heartbeat_grace")
+    try:
+        return _TIMEDELTA.validate_python(raw)
+    except ValidationError:
+        return DEFAULT_GRACE
 
 
 async def delete(client: Client, pool: asyncpg.Pool, schedule_id: str) -> None:

@@ -349,6 +349,30 @@ async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
     assert "every 2s" in text.stdout and "completed (ran), committed" in text.stdout
 
 
+async def expected_a_day_ago(pool: asyncpg.Pool, schedule_id: str) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 day' "
+            "WHERE schedule_id = $1",
+            schedule_id,
+        )
+
+
+async def unpaused_beat(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], schedule_id: str
+) -> dict[str, Any]:
+    """`schedules unpause`, then the heartbeat row, checked to expect the next fire."""
+    resumed = await cli(cli_env, "schedules", "unpause", schedule_id)
+    assert resumed.code == 0, resumed
+    desc = await client.get_schedule_handle(schedule_id).describe()
+    assert desc.schedule.state.paused is False
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, schedule_id)
+    assert beat is not None
+    assert beat["next_expected_at"] == desc.info.next_action_times[0]
+    return beat
+
+
 async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_fire(
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
 ) -> None:
@@ -362,22 +386,39 @@ async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_f
         beat = await heartbeats.get(conn, managed)
         assert beat is not None
         assert beat["paused"] is True and beat["paused_reason"] == "disk swap"
-        # As if the schedule had been paused across a fire time.
-        await conn.execute(
-            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 day' "
-            "WHERE schedule_id = $1",
-            managed,
-        )
+    # As if the schedule had been paused across a fire time.
+    await expected_a_day_ago(pool, managed)
 
-    resumed = await cli(cli_env, "schedules", "unpause", managed)
-    assert resumed.code == 0, resumed
-    desc = await handle.describe()
-    assert desc.schedule.state.paused is False
-    async with pool.acquire() as conn:
-        beat = await heartbeats.get(conn, managed)
-    assert beat is not None
+    beat = await unpaused_beat(client, pool, cli_env, managed)
     assert beat["paused"] is False and beat["paused_reason"] is None
-    assert beat["next_expected_at"] == desc.info.next_action_times[0]
+
+
+async def test_a_recorded_pause_that_temporal_no_longer_holds_is_judged_like_any_schedule(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
+) -> None:
+    assert (await cli(cli_env, "schedules", "pause", managed, "--reason", "disk swap")).code == 0
+    # Unpaused in Temporal's UI: the heartbeat row still says paused.
+    await client.get_schedule_handle(managed).unpause(note="from the UI")
+    await expected_a_day_ago(pool, managed)
+    status = await cli(cli_env, "status", "--json")
+    assert status.code == 0, status
+    row = next(r for r in json.loads(status.stdout)["schedules"] if r["schedule_id"] == managed)
+    assert row["paused"] is False
+    assert row["paused_by"] == "operator (not paused in Temporal)"
+    assert row["pause_note"] == "disk swap"
+    assert row["health"] == "overdue"
+
+
+async def test_unpause_of_a_schedule_without_a_heartbeat_row_starts_tracking_it(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
+) -> None:
+    handle = client.get_schedule_handle(managed)
+    await handle.pause(note="paused by operator")
+    async with pool.acquire() as conn:
+        await heartbeats.delete(conn, managed)
+    beat = await unpaused_beat(client, pool, cli_env, managed)
+    assert beat["paused"] is False
+    assert beat["grace"] == definition(managed).heartbeat_grace
 
 
 async def test_trigger_produces_a_run_whose_outbox_row_exists(
