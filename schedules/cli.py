@@ -385,19 +385,32 @@ def schedules_delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete a schedule and its heartbeat row. The outbox keeps the history of its runs."""
-    if not yes:
-        if not sys.stdin.isatty():
-            raise _usage(f"refusing to delete '{schedule_id}' without confirmation: pass --yes")
-        if not typer.confirm(f"Delete schedule '{schedule_id}' and its heartbeat row?"):
-            out.print("nothing deleted")
-            raise typer.Exit(1)
 
     async def go() -> None:
         from schedules import operations
 
         async with _temporal_and_db() as (client, pool):
-            await operations.delete(client, pool, schedule_id)
-        out.print(escape(f"{schedule_id}: deleted (its outbox history is kept)"))
+            # Checked before asking: no confirmation for a schedule that cannot be deleted.
+            in_temporal = await operations.delete_target(client, pool, schedule_id)
+            what = "schedule" if in_temporal else "leftover heartbeat row of the deleted schedule"
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise _usage(
+                        f"refusing to delete '{schedule_id}' without confirmation: pass --yes"
+                    )
+                if not typer.confirm(f"Delete the {what} '{schedule_id}'?"):
+                    out.print("nothing deleted")
+                    raise typer.Exit(1)
+            in_temporal = await operations.delete(client, pool, schedule_id)
+        if in_temporal:
+            out.print(escape(f"{schedule_id}: deleted (its outbox history is kept)"))
+        else:
+            out.print(
+                escape(
+                    f"{schedule_id}: not in Temporal; its leftover heartbeat row is deleted "
+                    "(its outbox history is kept)"
+                )
+            )
 
     run_command(go)
 

@@ -16,12 +16,19 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contract import logical_key
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
 from schedules.health import OPERATOR_NOTE
-from schedules.inventory import ScheduleView, get_managed
+from schedules.inventory import (
+    NoSuchSchedule,
+    ScheduleView,
+    describe_or_none,
+    get_managed,
+    known_ids,
+)
 from schedules.model import ScheduleDefinition
 from store import heartbeats
 
@@ -97,14 +104,36 @@ def _grace(view: ScheduleView) -> timedelta:
         return DEFAULT_GRACE
 
 
-async def delete(client: Client, pool: asyncpg.Pool, schedule_id: str) -> None:
-    """Remove the schedule and its heartbeat row; the outbox keeps the history of its runs."""
-    await get_managed(client, schedule_id)
-    await client.get_schedule_handle(schedule_id).delete()
+async def delete_target(client: Client, pool: asyncpg.Pool, schedule_id: str) -> bool:
+    """What `delete` would remove: True for a managed schedule in Temporal, False for a heartbeat
+    row whose schedule is already gone (deleted elsewhere). Refuses anything else."""
+    if await describe_or_none(client, schedule_id) is not None:
+        await get_managed(client, schedule_id)
+        return True
+    async with pool.acquire() as conn:
+        if await heartbeats.get(conn, schedule_id) is None:
+            raise NoSuchSchedule(f"no schedule '{schedule_id}' ({await known_ids(client)})")
+    return False
+
+
+async def delete(client: Client, pool: asyncpg.Pool, schedule_id: str) -> bool:
+    """Remove the schedule and its heartbeat row; the outbox keeps the history of its runs.
+    Returns False when only a leftover heartbeat row was removed."""
+    in_temporal = await delete_target(client, pool, schedule_id)
+    if in_temporal:
+        try:
+            await client.get_schedule_handle(schedule_id).delete()
+        except RPCError as exc:
+            # Deleted by someone else since we looked: the row still goes.
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
     async with pool.acquire() as conn:
         # A deleted schedule must not leave a heartbeat that the monitor pages on for ever.
         await heartbeats.delete(conn, schedule_id)
-    log.info("schedule.deleted", schedule_id=schedule_id, by="schedules delete")
+    log.info(
+        "schedule.deleted", schedule_id=schedule_id, by="schedules delete", in_temporal=in_temporal
+    )
+    return in_temporal
 
 
 async def trigger(

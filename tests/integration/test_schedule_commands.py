@@ -508,6 +508,34 @@ async def test_delete_removes_the_schedule_and_its_heartbeat_and_keeps_the_outbo
     assert await committed(pool, key)
 
 
+async def test_delete_of_a_schedule_gone_from_temporal_removes_its_leftover_heartbeat_row(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
+) -> None:
+    # Deleted outside cronwarden: the heartbeat row would page for ever.
+    await client.get_schedule_handle(managed).delete()
+    result = await cli(cli_env, "schedules", "delete", managed, "--yes")
+    assert result.code == 0, result
+    assert "not in Temporal; its leftover heartbeat row is deleted" in result.stdout
+    async with pool.acquire() as conn:
+        assert await heartbeats.get(conn, managed) is None
+    again = await cli(cli_env, "schedules", "delete", managed, "--yes")
+    assert again.code == 1 and f"no schedule '{managed}'" in again.stderr
+
+
+async def test_delete_checks_the_schedule_before_asking_for_confirmation(
+    client: Client, cli_env: dict[str, str], task_queue: str, cleanup: list[str]
+) -> None:
+    foreign = new_id("foreign")
+    cleanup.append(foreign)
+    await foreign_schedule(client, foreign, task_queue)
+    # Without --yes and off a terminal: the id is refused before any confirmation is asked for.
+    unknown = await cli(cli_env, "schedules", "delete", "no-such-schedule")
+    assert unknown.code == 1 and "no schedule 'no-such-schedule'" in unknown.stderr
+    theirs = await cli(cli_env, "schedules", "delete", foreign)
+    assert theirs.code == 1 and "not created by cronwarden" in theirs.stderr
+    assert "--yes" not in unknown.stderr + theirs.stderr
+
+
 async def test_commands_on_an_unknown_id_exit_1_naming_the_known_ids(
     client: Client, cli_env: dict[str, str], managed: str
 ) -> None:
