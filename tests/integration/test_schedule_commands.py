@@ -454,7 +454,8 @@ async def test_two_triggers_in_one_second_start_two_runs(
     # allow_all (a read-only job): neither run waits for the other, so only the workflow id
     # could make Temporal drop the second start.
     await apply_one(definition(schedule_id, job="noop-digest", overlap="allow_all", args={}))
-    # Start at the top of a second so that both triggers fall inside it.
+    # Start at the top of a second so that both triggers would fall inside it. The alignment
+    # only makes the collision likely; the assertions hold wherever the triggers land.
     await asyncio.sleep(1.02 - datetime.now(UTC).microsecond / 1_000_000)
     first = await operations.trigger(client, schedule_id)
     second = await operations.trigger(client, schedule_id)
@@ -466,13 +467,16 @@ async def test_two_triggers_in_one_second_start_two_runs(
 
 
 async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
+    tmp_path: Path,
     pool: asyncpg.Pool,
     cli_env: dict[str, str],
     worker: Worker,
     apply_one: ApplyOne,
     schedule_id: str,
 ) -> None:
-    handle = await apply_one(definition(schedule_id, args={"sleep": 8}))
+    # The first run holds until the gate opens, after the second trigger has been judged.
+    gate = tmp_path / "gate"
+    handle = await apply_one(definition(schedule_id, job="gated", args={"gate": str(gate)}))
     first = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
     assert first.code == 0, first
     key = json.loads(first.stdout)["logical_key"]
@@ -485,6 +489,7 @@ async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
     assert second.code == 1, second
     assert "skipped the triggered run" in second.stderr
     assert "overlap is skip" in second.stderr
+    gate.touch()
     await wait_for(lambda: committed(pool, key), timeout=30, what="the first run's commit")
 
 
