@@ -132,7 +132,7 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
                         "schedule_id": c.schedule_id,
                         "action": c.action,
                         "changed_fields": c.changed_fields,
-                        "next_fire": c.next_fire.isoformat() if c.next_fire else None,
+                        "next_fire": _iso(c.next_fire),
                     }
                     for c in changes
                 ],

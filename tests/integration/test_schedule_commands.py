@@ -27,14 +27,20 @@ from temporalio.client import (
     ScheduleIntervalSpec,
     ScheduleSpec,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.jobs import REGISTRY, JobRegistry
 from schedules import operations
 from schedules.apply import apply_definitions, describe_or_none, send_update
 from schedules.inventory import action_memo, schedule_ids
-from schedules.mapping import DIGEST_MEMO, MANAGED_MEMO, definition_digest, to_temporal
+from schedules.mapping import (
+    DEFINITION_MEMO,
+    DIGEST_MEMO,
+    MANAGED_MEMO,
+    definition_digest,
+    to_temporal,
+)
 from schedules.model import ScheduleDefinition
 from store import heartbeats
 from tests.integration.conftest import fetch, in_process_worker, wait_for
@@ -125,7 +131,10 @@ async def test_apply_twice_is_a_noop_with_an_unchanged_diff(
     path = write(tmp_path, "schedules:\n" + entry(sid))
     first = await cli(cli_env, "schedules", "apply", "--json", str(path))
     assert first.code == 0, first
-    assert json.loads(first.stdout)["changes"][0]["action"] == "created"
+    (created,) = json.loads(first.stdout)["changes"]
+    assert created["action"] == "created"
+    # The documented time format of every JSON shape.
+    assert datetime.strptime(created["next_fire"], "%Y-%m-%dT%H:%M:%SZ")
     before = (await client.get_schedule_handle(sid).describe()).info.last_updated_at
 
     second = await cli(cli_env, "schedules", "apply", "--json", str(path))
@@ -211,6 +220,34 @@ async def test_a_new_schedule_duplicating_an_existing_one_is_refused_unless_allo
     accepted = await cli(cli_env, "schedules", "apply", str(allowed))
     assert accepted.code == 0, accepted
     assert f"{new}: created" in accepted.stdout
+
+
+async def test_an_update_that_makes_a_schedule_duplicate_an_existing_one_is_refused(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
+) -> None:
+    old, other = new_id("old"), new_id("other")
+    cleanup.extend([old, other])
+    # Unique args: other tests' schedules on this server must not count as duplicates.
+    mark = uuid.uuid4().int % 10**9
+    body = "    job: probe\n    every: 300d\n    args: {{sleep: 0.000{tag}}}\n"
+    first = write(
+        tmp_path,
+        f"schedules:\n  - id: {old}\n"
+        + body.format(tag=f"{mark}1")
+        + f"  - id: {other}\n"
+        + body.format(tag=f"{mark}2"),
+    )
+    assert (await cli(cli_env, "schedules", "apply", str(first))).code == 0
+    await wait_for(lambda: listed(client, old, other), timeout=20, what="listed")
+
+    # `other` changed to run exactly what `old` runs (the file no longer lists `old`).
+    same = write(tmp_path, f"schedules:\n  - id: {other}\n" + body.format(tag=f"{mark}1"))
+    refused = await cli(cli_env, "schedules", "apply", str(same))
+    assert refused.code == 2, refused
+    assert f"'{other}' duplicates the existing schedule(s) '{old}'" in refused.stderr
+    desc = await client.get_schedule_handle(other).describe()
+    stored = (await action_memo(client, desc))[DEFINITION_MEMO]["args"]["sleep"]
+    assert stored == float(f"0.000{mark}2")
 
 
 async def test_list_marks_unmanaged_schedules_and_its_json_has_the_documented_keys(
@@ -671,7 +708,7 @@ async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_i
     try:
         await send_update(client, stale, replacement)
     except RPCError as exc:
-        assert "onflict" in exc.message
+        assert exc.status == RPCStatusCode.FAILED_PRECONDITION, exc
     # Patches and updates are applied in order: once this note shows, the stale update has
     # been dealt with.
     await handle.pause(note="operator: still holding")
