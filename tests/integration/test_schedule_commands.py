@@ -33,6 +33,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from activities.jobs import REGISTRY, JobRegistry
 from schedules import operations
 from schedules.apply import apply_definitions, describe_or_none, send_update
+from schedules.cli import _run_outcome
 from schedules.inventory import action_memo, schedule_ids
 from schedules.mapping import (
     DEFINITION_MEMO,
@@ -483,6 +484,47 @@ async def test_trigger_produces_a_run_whose_outbox_row_exists(
     again = await cli(cli_env, "schedules", "trigger", managed, "--json")
     assert again.code == 0, again
     assert json.loads(again.stdout)["logical_key"] != data["logical_key"]
+
+
+async def test_a_run_temporal_no_longer_knows_is_described_as_expired(client: Client) -> None:
+    # What the namespace's retention leaves behind: a schedule's recent action naming a run
+    # that Temporal answers NOT_FOUND for. (The dev server keeps deleted runs for a while, so
+    # the run is named, not deleted.)
+    status, outcome = await _run_outcome(client, new_id("gone"), str(uuid.uuid4()), managed=True)
+    assert (status, outcome) == ("expired", None)
+
+
+async def test_a_trigger_behind_a_running_run_of_a_buffer_one_schedule_is_reported_buffered(
+    tmp_path: Path,
+    client: Client,
+    pool: asyncpg.Pool,
+    worker: Worker,
+    apply_one: ApplyOne,
+    schedule_id: str,
+) -> None:
+    gate = tmp_path / "gate"
+    handle = await apply_one(
+        definition(schedule_id, job="gated", overlap="buffer_one", args={"gate": str(gate)})
+    )
+    first = await operations.trigger(client, schedule_id)
+    assert first.workflow_id is not None
+
+    async def running() -> bool:
+        return bool((await handle.describe()).info.running_actions)
+
+    await wait_for(running, timeout=10, what="the first run to be running")
+    second = await operations.trigger(client, schedule_id, wait_seconds=2)
+    assert second.workflow_id is None and second.logical_key is None
+    assert second.note.startswith("buffered: it starts when the running run")
+    gate.touch()
+
+    async def both_committed() -> bool:
+        rows = await fetch(
+            pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id
+        )
+        return len(rows) == 2
+
+    await wait_for(both_committed, timeout=30, what="the buffered run to commit after the first")
 
 
 async def test_two_triggers_in_one_second_start_two_runs(
