@@ -17,6 +17,8 @@ OVERLAP_LOCKED = "overlap-locked"
 
 # Failure types (ApplicationError.type). The first two are final: retrying cannot help.
 UNKNOWN_JOB = "UnknownJob"
+# Retryable: this worker lacks the job, but the retry may land on one that has it.
+UNKNOWN_JOB_HERE = "UnknownJobOnThisWorker"
 INVALID_ARGS = "InvalidArgs"
 INVALID_RESULT = "InvalidResult"
 LEASE_LOST = "LeaseLost"

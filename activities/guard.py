@@ -34,6 +34,7 @@ from activities.contract import (
     RAN,
     RUN_GUARDED,
     UNKNOWN_JOB,
+    UNKNOWN_JOB_HERE,
     GuardedRunInput,
     RunOutcome,
     parse_fire_time,
@@ -85,7 +86,12 @@ class GuardedRun:
             attempt=info.attempt,
             workflow_id=info.workflow_id,
         )
-        spec = await self._job_spec(inp, log)
+        spec = await self._job_spec(inp, info, log)
+        if spec is None:
+            # Replaying a key that is already done must neither fail nor pause anything.
+            async with self._pool.acquire() as conn:
+                digest = await outbox.done_digest(conn, inp.logical_key)
+            return self._already_done(inp, digest, info.attempt, log)
         args = self._validate_args(spec, inp, log)
         fire_time = parse_fire_time(inp.fire_time)
         # Same workflow run + activity id = a Temporal retry of this very activity; the attempt
@@ -261,13 +267,31 @@ class GuardedRun:
             f"the commit failed and did not land: {type(exc).__name__}: {exc}", type=COMMIT_FAILED
         ) from exc
 
-    async def _job_spec(self, inp: GuardedRunInput, log: Any) -> JobSpec:
+    async def _job_spec(
+        self, inp: GuardedRunInput, info: activity.Info, log: Any
+    ) -> JobSpec | None:
+        """The job, or None when this worker lacks it but the key is already done."""
         try:
             return self._registry.get(inp.job)
         except UnknownJob as exc:
-            log.error("run.unknown-job", job=inp.job)
-            await self._pause_orphan(inp, str(exc), log)
-            raise ApplicationError(str(exc), type=UNKNOWN_JOB, non_retryable=True) from exc
+            error = str(exc)
+        async with self._pool.acquire() as conn:
+            if await outbox.done_digest(conn, inp.logical_key) is not None:
+                return None
+        # During a rolling deploy an old worker may pick up a run for a job only the new
+        # workers have: retries go to any worker polling the queue, so only the run's last
+        # attempt decides that the job is really gone.
+        max_attempts = info.retry_policy.maximum_attempts if info.retry_policy else 1
+        if max_attempts == 0 or info.attempt < max_attempts:
+            log.warning("run.unknown-job-retrying", job=inp.job, max_attempts=max_attempts)
+            raise ApplicationError(
+                f"{error} on worker {self._worker}; retrying (attempt {info.attempt} of "
+                f"{max_attempts or 'unlimited'})",
+                type=UNKNOWN_JOB_HERE,
+            )
+        log.error("run.unknown-job", job=inp.job)
+        await self._pause_orphan(inp, error, log)
+        raise ApplicationError(error, type=UNKNOWN_JOB, non_retryable=True)
 
     async def _pause_orphan(self, inp: GuardedRunInput, error: str, log: Any) -> None:
         """A worker without the schedule's job (redeployed without it): every fire would fail

@@ -23,7 +23,7 @@ from temporalio.client import (
     ScheduleUpdate,
     ScheduleUpdateInput,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from cronwarden.errors import CronwardenError, InvalidInput
 from cronwarden.logs import get_logger
@@ -35,6 +35,7 @@ from schedules.inventory import (
     all_views,
     describe_or_none,
     is_managed,
+    is_managed_or_refuse,
 )
 from schedules.mapping import (
     DEFINITION_MEMO,
@@ -57,6 +58,8 @@ DELETED = "deleted"
 __all__ = ["NotManaged", "apply_definitions", "describe_or_none", "is_managed"]
 
 
+# The fields the duplicate guard compares (schedules/duplicates.py).
+_DUPLICATE_FIELDS = {"job", "cron", "every", "args"}
 # Each attempt re-reads the schedule; a schedule still changing after this many is reported.
 UPDATE_ATTEMPTS = 5
 
@@ -89,7 +92,7 @@ async def plan_one(
     desc = await describe_or_none(client, defn.id)
     if desc is None:
         return Change(defn.id, CREATED), None
-    if not await is_managed(desc):
+    if not await is_managed_or_refuse(desc):
         raise NotManaged(
             f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
             "it is left alone: delete it yourself or give this schedule another id"
@@ -113,7 +116,7 @@ def _updater(
         # Judged on the description the SDK just fetched, not on our earlier look: the schedule
         # may have been created (by someone else) or updated (by a concurrent apply) since.
         current = inp.description
-        if not await is_managed(current):
+        if not await is_managed_or_refuse(current):
             raise NotManaged(
                 f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
                 "it is left alone"
@@ -162,8 +165,10 @@ async def _update(
         try:
             await send_update(client, desc, update.schedule)
         except RPCError as exc:
-            # Newer servers refuse a stale token outright; try again on a fresh description.
-            if "onflict" not in exc.message:
+            # Newer servers (the CHASM scheduler) refuse a stale token outright with
+            # FAILED_PRECONDITION ("mismatched conflict token"); older ones drop the update
+            # silently, which the digest check below catches. Try again on a fresh description.
+            if exc.status != RPCStatusCode.FAILED_PRECONDITION:
                 raise
             continue
         if (await action_memo(client, await handle.describe())).get(DIGEST_MEMO) == digest:
@@ -184,15 +189,22 @@ async def apply_definitions(
     prune: bool = False,
 ) -> list[Change]:
     planned = [(defn, *await plan_one(client, defn, task_queue=task_queue)) for defn in definitions]
-    created = [defn for defn, change, _ in planned if change.action == CREATED]
+    # New schedules, and updates that change what runs when: either may now duplicate a
+    # schedule already in Temporal. (An update of other fields keeps what it was.)
+    guarded = [
+        defn
+        for defn, change, _ in planned
+        if change.action == CREATED
+        or (change.action == UPDATED and set(change.changed_fields) & _DUPLICATE_FIELDS)
+    ]
     others: list[ScheduleView] = []
-    if prune or created:
+    if prune or guarded:
         others = await _managed_outside_file(client, definitions, task_queue=task_queue)
-    if created and not prune:
+    if guarded and not prune:
         # With --prune every other managed schedule of this task queue is about to go, so
         # none of them can be duplicated.
         existing = {v.schedule_id: v.definition for v in others if v.definition is not None}
-        problems = duplicates_of_existing(created, existing)
+        problems = duplicates_of_existing(guarded, existing)
         if problems:
             raise DuplicateSchedules("nothing applied: " + "; ".join(problems))
     pruned = [Change(v.schedule_id, DELETED) for v in others] if prune else []

@@ -132,7 +132,7 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
                         "schedule_id": c.schedule_id,
                         "action": c.action,
                         "changed_fields": c.changed_fields,
-                        "next_fire": c.next_fire.isoformat() if c.next_fire else None,
+                        "next_fire": _iso(c.next_fire),
                     }
                     for c in changes
                 ],
@@ -191,9 +191,11 @@ def schedules_list(as_json: JsonOption = False) -> None:
     run_command(go)
 
 
-async def _run_outcome(client: Client, workflow_id: str, run_id: str) -> tuple[str, str | None]:
-    """Temporal's status of a run and, for a completed one, the guard's in-band outcome
-    (`ran`, `already-done`, `overlap-locked`)."""
+async def _run_outcome(
+    client: Client, workflow_id: str, run_id: str, *, managed: bool
+) -> tuple[str, str | None]:
+    """Temporal's status of a run and, for a completed run of a managed schedule, the guard's
+    in-band outcome (`ran`, `already-done`, `overlap-locked`)."""
     from temporalio.service import RPCError, RPCStatusCode
 
     from activities.contract import RunOutcome
@@ -202,9 +204,15 @@ async def _run_outcome(client: Client, workflow_id: str, run_id: str) -> tuple[s
     try:
         wf = await handle.describe()
         status = wf.status.name.lower() if wf.status else "unknown"
-        if status != "completed":
+        if status != "completed" or not managed:
+            # A foreign schedule's workflow returns whatever it likes: not ours to decode.
             return status, None
-        result = await handle.result(follow_runs=False)
+        try:
+            result = await handle.result(follow_runs=False)
+        except (TypeError, ValueError, KeyError, RuntimeError):
+            # Not a RunOutcome (another shape) or a payload codec this process lacks: the
+            # status is still worth showing.
+            return status, None
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             # Past the namespace's retention: Temporal no longer knows it; the outbox may.
@@ -219,11 +227,11 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
 
     keys = {r.workflow_id: logical_key(v.schedule_id, r.scheduled_at) for r in v.recent_runs}
     async with pool.acquire() as conn:
-        committed = await outbox.committed_keys(conn, list(keys.values()))
+        committed = await outbox.committed_keys(conn, list(keys.values())) if v.managed else None
         beat = await heartbeats.get(conn, v.schedule_id)
     runs = []
     for r in sorted(v.recent_runs, key=lambda r: r.scheduled_at, reverse=True):
-        status, outcome = await _run_outcome(client, r.workflow_id, r.run_id)
+        status, outcome = await _run_outcome(client, r.workflow_id, r.run_id, managed=v.managed)
         runs.append(
             {
                 "logical_key": keys[r.workflow_id],
@@ -232,7 +240,7 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
                 "workflow_id": r.workflow_id,
                 "status": status,
                 "outcome": outcome,
-                "committed": keys[r.workflow_id] in committed,
+                "committed": None if committed is None else keys[r.workflow_id] in committed,
             }
         )
     return {
@@ -296,7 +304,7 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
         lines += [
             f"  {r['logical_key']}  {r['status']}"
             + (f" ({r['outcome']})" if r["outcome"] else "")
-            + (", committed" if r["committed"] else ", not committed")
+            + {True: ", committed", False: ", not committed", None: ""}[r["committed"]]
             for r in data["recent_runs"]
         ]
         out.print(escape("\n".join(lines)))
@@ -377,19 +385,32 @@ def schedules_delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Delete a schedule and its heartbeat row. The outbox keeps the history of its runs."""
-    if not yes:
-        if not sys.stdin.isatty():
-            raise _usage(f"refusing to delete '{schedule_id}' without confirmation: pass --yes")
-        if not typer.confirm(f"Delete schedule '{schedule_id}' and its heartbeat row?"):
-            out.print("nothing deleted")
-            raise typer.Exit(1)
 
     async def go() -> None:
         from schedules import operations
 
         async with _temporal_and_db() as (client, pool):
-            await operations.delete(client, pool, schedule_id)
-        out.print(escape(f"{schedule_id}: deleted (its outbox history is kept)"))
+            # Checked before asking: no confirmation for a schedule that cannot be deleted.
+            in_temporal = await operations.delete_target(client, pool, schedule_id)
+            what = "schedule" if in_temporal else "leftover heartbeat row of the deleted schedule"
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise _usage(
+                        f"refusing to delete '{schedule_id}' without confirmation: pass --yes"
+                    )
+                if not typer.confirm(f"Delete the {what} '{schedule_id}'?"):
+                    out.print("nothing deleted")
+                    raise typer.Exit(1)
+            in_temporal = await operations.delete(client, pool, schedule_id)
+        if in_temporal:
+            out.print(escape(f"{schedule_id}: deleted (its outbox history is kept)"))
+        else:
+            out.print(
+                escape(
+                    f"{schedule_id}: not in Temporal; its leftover heartbeat row is deleted "
+                    "(its outbox history is kept)"
+                )
+            )
 
     run_command(go)
 

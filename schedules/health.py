@@ -18,6 +18,9 @@ UNTRACKED = "untracked"
 """No heartbeat row: a schedule cronwarden did not create (or one never applied)."""
 
 OPERATOR = "operator"
+OPERATOR_NOT_IN_TEMPORAL = "operator (not paused in Temporal)"
+"""The heartbeat row says paused, Temporal runs the schedule (unpaused in its UI, or an unpause
+that failed halfway): not a pause, the schedule is judged like any other."""
 # The start of the Temporal note `schedules pause` writes: "paused by operator: <reason>".
 OPERATOR_NOTE = "paused by operator"
 FAILURE = "failure"
@@ -46,12 +49,15 @@ def derive_health(
 def paused_by(*, temporal_paused: bool, operator_paused: bool) -> str | None:
     """Who paused the schedule, as far as cronwarden can tell.
 
-    Only `schedules pause` records an operator pause in the heartbeat row. A schedule Temporal
-    has paused without that record was paused by pause_on_failure, by a worker missing the job,
-    or by someone outside cronwarden: the monitor keeps paging for it, so it shows as a failure.
+    Only `schedules pause` records an operator pause in the heartbeat row, and it counts only
+    while Temporal has the schedule paused too. A schedule Temporal has paused without that
+    record was paused by pause_on_failure, by a worker missing the job, or by someone outside
+    cronwarden: the monitor keeps paging for it, so it shows as a failure.
     """
-    if operator_paused:
+    if operator_paused and temporal_paused:
         return OPERATOR
+    if operator_paused:
+        return OPERATOR_NOT_IN_TEMPORAL
     if temporal_paused:
         return FAILURE
     return None

@@ -41,6 +41,10 @@ class NotManaged(CronwardenError):
     """A schedule with this id exists but cronwarden did not create it."""
 
 
+class UnreadableMemo(CronwardenError):
+    """The schedule's managed marker is encoded with a payload codec this process lacks."""
+
+
 @dataclass
 class RecentRun:
     scheduled_at: datetime
@@ -69,6 +73,8 @@ class ScheduleView:
     skipped_overlap: int
     missed_catchup: int
     description: ScheduleDescription = field(repr=False)
+    memo_unreadable: bool = False
+    """The managed marker could not be decoded (another payload codec): listed as unmanaged."""
 
     @property
     def job(self) -> str | None:
@@ -88,10 +94,41 @@ class ScheduleView:
         return self.paused and (self.note or "").startswith(ORPHAN_NOTE_PREFIX)
 
 
-async def is_managed(desc: ScheduleDescription) -> bool:
-    memo = await desc.memo()
-    value = memo.get(MANAGED_MEMO)
+async def managed_marker(desc: ScheduleDescription) -> bool | None:
+    """Whether `apply` created the schedule; None when its marker cannot be decoded.
+
+    Only our own key is decoded: another team's memo keys may use an encoding (their codec)
+    that this process cannot read, and must not make listing fail.
+    """
+    if MANAGED_MEMO not in desc.raw_description.memo.fields:
+        return False
+    try:
+        value = await desc.memo_value(MANAGED_MEMO)
+    except Exception:  # an unknown encoding or a codec that refuses it: unreadable, not fatal
+        return None
     return isinstance(value, dict) and value.get("managed") is True
+
+
+async def is_managed(desc: ScheduleDescription) -> bool:
+    """Managed and readable; an undecodable marker counts as unmanaged (left alone)."""
+    return await managed_marker(desc) is True
+
+
+async def is_managed_or_refuse(desc: ScheduleDescription) -> bool:
+    """For an id the user names: an undecodable marker is an error naming the codec setting,
+    not a silent "unmanaged"."""
+    marker = await managed_marker(desc)
+    if marker is None:
+        raise UnreadableMemo(unreadable_message(desc.id))
+    return marker
+
+
+def unreadable_message(schedule_id: str) -> str:
+    return (
+        f"schedule '{schedule_id}' has a memo this process cannot decode (written through a "
+        "payload codec it does not have): set CRONWARDEN_PAYLOAD_CODEC to that codec, or give "
+        "this schedule another id"
+    )
 
 
 async def action_memo(client: Client, desc: ScheduleDescription) -> dict[str, Any]:
@@ -125,7 +162,8 @@ async def schedule_ids(client: Client) -> list[str]:
 
 
 async def view(client: Client, desc: ScheduleDescription) -> ScheduleView:
-    managed = await is_managed(desc)
+    marker = await managed_marker(desc)
+    managed = marker is True
     definition = (await action_memo(client, desc)).get(DEFINITION_MEMO) if managed else None
     if not isinstance(definition, dict):
         definition = None
@@ -159,6 +197,7 @@ async def view(client: Client, desc: ScheduleDescription) -> ScheduleView:
         skipped_overlap=info.num_actions_skipped_overlap,
         missed_catchup=info.num_actions_missed_catchup_window,
         description=desc,
+        memo_unreadable=marker is None,
     )
 
 
@@ -188,6 +227,8 @@ async def get_view(client: Client, schedule_id: str) -> ScheduleView:
 async def get_managed(client: Client, schedule_id: str) -> ScheduleView:
     """Like `get_view`, refusing a schedule cronwarden did not create."""
     found = await get_view(client, schedule_id)
+    if found.memo_unreadable:
+        raise UnreadableMemo(unreadable_message(schedule_id))
     if not found.managed:
         raise NotManaged(
             f"schedule '{schedule_id}' was not created by cronwarden; it is left alone "

@@ -1,9 +1,9 @@
 """Operator actions on one managed schedule: pause, unpause, trigger, delete.
 
 Pause and unpause are Temporal's patch operations (no read-modify-write of the schedule), so they
-cannot overwrite a concurrent apply or pause_on_failure. Temporal is changed first, then the
-heartbeat row: if the second step fails, the monitor pages about a paused schedule (loud) rather
-than staying silent about a running one.
+cannot overwrite a concurrent apply or pause_on_failure. Each orders its two writes so that a
+failure between them leaves the monitor paging (loud) rather than silent: pause changes Temporal
+first, then the heartbeat row; unpause clears the row's pause first, then unpauses Temporal.
 """
 
 from __future__ import annotations
@@ -11,20 +11,36 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
+from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contract import logical_key
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
 from schedules.health import OPERATOR_NOTE
-from schedules.inventory import ScheduleView, get_managed
+from schedules.inventory import (
+    NoSuchSchedule,
+    RecentRun,
+    ScheduleView,
+    describe_or_none,
+    get_managed,
+    known_ids,
+)
+from schedules.model import ScheduleDefinition
 from store import heartbeats
 
 log = get_logger("cronwarden.schedules")
 
+_TIMEDELTA = TypeAdapter(timedelta)
+# The schedule file's default, for a definition whose stored grace cannot be read.
+DEFAULT_GRACE: timedelta = ScheduleDefinition.model_fields["heartbeat_grace"].default
+
+# How far the local clock may be off the Temporal server's when `trigger` recognises its run.
+TRIGGER_CLOCK_SKEW = timedelta(seconds=2)
 # How long `trigger` waits for Temporal to report the run it started.
 TRIGGER_WAIT_SECONDS = 10.0
 
@@ -59,28 +75,111 @@ async def pause(
 
 
 async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> ScheduleView:
-    await get_managed(client, schedule_id)
+    before = await get_managed(client, schedule_id)
+    async with pool.acquire() as conn:
+        had_row = await heartbeats.clear_pause(conn, schedule_id)
     await client.get_schedule_handle(schedule_id).unpause(note="unpaused by operator")
     after = await get_managed(client, schedule_id)
     next_fire = after.next_fire_times[0] if after.next_fire_times else None
     async with pool.acquire() as conn:
-        await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
+        if had_row:
+            # The time spent paused is not a missed run: expect the next fire from now.
+            await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
+        else:
+            # No row (never applied here, or lost): start tracking, or the monitor never would.
+            await heartbeats.expect(
+                conn, schedule_id=schedule_id, next_expected_at=next_fire, grace=_grace(before)
+            )
     log.info(
         "schedule.unpaused",
         schedule_id=schedule_id,
         next_expected_at=next_fire.isoformat() if next_fire else None,
+        heartbeat_created=not had_row,
     )
     return after
 
 
-async def delete(client: Client, pool: asyncpg.Pool, schedule_id: str) -> None:
-    """Remove the schedule and its heartbeat row; the outbox keeps the history of its runs."""
-    await get_managed(client, schedule_id)
-    await client.get_schedule_handle(schedule_id).delete()
+def _grace(view: ScheduleView) -> timedelta:
+    raw = (view.definition or {}).get("heartbeat_grace")
+    try:
+        return _TIMEDELTA.validate_python(raw)
+    except ValidationError:
+        return DEFAULT_GRACE
+
+
+async def delete_target(client: Client, pool: asyncpg.Pool, schedule_id: str) -> bool:
+    """What `delete` would remove: True for a managed schedule in Temporal, False for a heartbeat
+    row whose schedule is already gone (deleted elsewhere). Refuses anything else."""
+    if await describe_or_none(client, schedule_id) is not None:
+        await get_managed(client, schedule_id)
+        return True
+    async with pool.acquire() as conn:
+        if await heartbeats.get(conn, schedule_id) is None:
+            raise NoSuchSchedule(f"no schedule '{schedule_id}' ({await known_ids(client)})")
+    return False
+
+
+async def delete(client: Client, pool: asyncpg.Pool, schedule_id: str) -> bool:
+    """Remove the schedule and its heartbeat row; the outbox keeps the history of its runs.
+    Returns False when only a leftover heartbeat row was removed."""
+    in_temporal = await delete_target(client, pool, schedule_id)
+    if in_temporal:
+        try:
+            await client.get_schedule_handle(schedule_id).delete()
+        except RPCError as exc:
+            # Deleted by someone else since we looked: the row still goes.
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
     async with pool.acquire() as conn:
         # A deleted schedule must not leave a heartbeat that the monitor pages on for ever.
         await heartbeats.delete(conn, schedule_id)
-    log.info("schedule.deleted", schedule_id=schedule_id, by="schedules delete")
+    log.info(
+        "schedule.deleted", schedule_id=schedule_id, by="schedules delete", in_temporal=in_temporal
+    )
+    return in_temporal
+
+
+def server_time_floor(view: ScheduleView) -> datetime:
+    """A time the Temporal server's clock had certainly reached when `view` was described: the
+    latest server timestamp the description carries."""
+    stamps = [view.description.info.created_at]
+    if view.description.info.last_updated_at is not None:
+        stamps.append(view.description.info.last_updated_at)
+    stamps += [r.started_at for r in view.recent_runs]
+    return max(stamps)
+
+
+def same_second_wait(newest: datetime | None, server_floor: datetime) -> float:
+    """Seconds to wait so that the server's clock is past the second of the newest run.
+
+    Measured against the server's own timestamps, not the local clock: a local clock behind
+    the server's would let the trigger land in the newest run's second and be dropped.
+    """
+    if newest is None:
+        return 0.0
+    wait = (newest.replace(microsecond=0) + timedelta(seconds=1) - server_floor).total_seconds()
+    return wait + 0.05 if wait > 0 else 0.0
+
+
+def triggered_run(
+    runs: list[RecentRun],
+    *,
+    known: set[str],
+    grid: set[datetime],
+    earliest: datetime,
+    latest: datetime,
+) -> RecentRun | None:
+    """The run a trigger started, among a schedule's recent runs: new, scheduled within the
+    trigger's second range, and not at one of the schedule's own fire times (a scheduled fire
+    landing while we wait, or buffered behind a running run, is not the trigger's)."""
+    lowest = earliest.replace(microsecond=0)
+    fits = [
+        r
+        for r in runs
+        if r.workflow_id not in known and r.scheduled_at not in grid
+        if lowest <= r.scheduled_at <= latest
+    ]
+    return min(fits, key=lambda r: r.scheduled_at) if fits else None
 
 
 async def trigger(
@@ -90,25 +189,43 @@ async def trigger(
 
     Temporal names a triggered run like a scheduled one: `{id}-{now, whole seconds}`, with the
     same time in TemporalScheduledStartTime. Two starts in the same second get the same workflow
-    id and the second is dropped (temporalio/temporal#3614), so we wait for the next second when
-    the newest run of the schedule was started in this one.
+    id and the second is dropped (temporalio/temporal#3614), so we wait until the server's clock
+    is past the second of the newest run.
     """
     before = await get_managed(client, schedule_id)
+    described = time.monotonic()
     known = {r.workflow_id for r in before.recent_runs}
+    server_floor = server_time_floor(before)
     newest = max((r.scheduled_at for r in before.recent_runs), default=None)
-    now = datetime.now(UTC)
-    if newest is not None and newest >= now.replace(microsecond=0):
-        await asyncio.sleep(1.05 - now.microsecond / 1_000_000)
+    wait = same_second_wait(newest, server_floor)
+    if wait > 0:
+        await asyncio.sleep(wait)
+    sent = datetime.now(UTC)
+    # The trigger's instant is at least the server floor plus the time since; the local clock
+    # is trusted only within TRIGGER_CLOCK_SKEW.
+    earliest = max(
+        server_floor + timedelta(seconds=time.monotonic() - described), sent - TRIGGER_CLOCK_SKEW
+    )
     await client.get_schedule_handle(schedule_id).trigger()
+    latest = datetime.now(UTC) + TRIGGER_CLOCK_SKEW
     log.info("schedule.triggered", schedule_id=schedule_id)
+    grid = set(before.next_fire_times)
 
     deadline = time.monotonic() + wait_seconds
     current = before
     while time.monotonic() < deadline:
         current = await get_managed(client, schedule_id)
-        started = [r for r in current.recent_runs if r.workflow_id not in known]
-        if started:
-            run = max(started, key=lambda r: r.scheduled_at)
+        grid |= set(current.next_fire_times)
+        # A skip counted while no scheduled fire was due is the trigger's; with one due, only
+        # a started run of ours settles it.
+        fire_due = any(earliest <= t <= latest for t in grid)
+        skipped = current.skipped_overlap > before.skipped_overlap
+        if skipped and not fire_due:
+            raise _skipped(schedule_id, current)
+        run = triggered_run(
+            current.recent_runs, known=known, grid=grid, earliest=earliest, latest=latest
+        )
+        if run is not None:
             return Triggered(
                 schedule_id=schedule_id,
                 workflow_id=run.workflow_id,
@@ -116,11 +233,8 @@ async def trigger(
                 fire_time=run.scheduled_at,
                 note="off the schedule's grid: the key names the trigger time, not a fire time",
             )
-        if current.skipped_overlap > before.skipped_overlap:
-            raise TriggerNotStarted(
-                f"Temporal skipped the triggered run of '{schedule_id}': overlap is "
-                f"{current.overlap} and a run was still going; try again when it has finished"
-            )
+        if skipped:
+            raise _skipped(schedule_id, current)
         await asyncio.sleep(0.2)
     if current.running and current.overlap == "buffer_one":
         return Triggered(
@@ -133,4 +247,11 @@ async def trigger(
     raise TriggerNotStarted(
         f"Temporal reported no new run of '{schedule_id}' within {wait_seconds:g}s; "
         f"check `cronwarden schedules describe {schedule_id}`"
+    )
+
+
+def _skipped(schedule_id: str, current: ScheduleView) -> TriggerNotStarted:
+    return TriggerNotStarted(
+        f"Temporal skipped the triggered run of '{schedule_id}': overlap is "
+        f"{current.overlap} and a run was still going; try again when it has finished"
     )

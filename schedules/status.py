@@ -102,7 +102,9 @@ def build_rows(
 
 
 def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> StatusRow:
-    operator_paused = bool(beat and beat["paused"])
+    recorded = bool(beat and beat["paused"])
+    # The row's pause silences the schedule only while Temporal really holds it paused.
+    operator_paused = recorded and view.paused
     return StatusRow(
         schedule_id=view.schedule_id,
         managed=view.managed,
@@ -111,13 +113,13 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         spec=view.spec,
         overlap=view.overlap,
         paused=view.paused,
-        paused_by=paused_by(temporal_paused=view.paused, operator_paused=operator_paused),
-        pause_note=view.note if view.paused else None,
+        paused_by=paused_by(temporal_paused=view.paused, operator_paused=recorded),
+        pause_note=view.note if view.paused else beat["paused_reason"] if beat else None,
         orphaned=view.orphaned or (view.paused and _unknown_job_error(beat)),
         last_success_key=beat["last_logical_key"] if beat else None,
         last_success_at=beat["last_success_at"] if beat else None,
         next_expected_at=beat["next_expected_at"] if beat else None,
-        health=_health(beat, now=now),
+        health=_health(beat, now=now, operator_paused=operator_paused),
         last_error=beat["last_error"] if beat else None,
         skipped_overlap=view.skipped_overlap,
         missed_catchup=view.missed_catchup,
@@ -134,13 +136,14 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         spec="(not in Temporal)",
         overlap=None,
         paused=False,
-        paused_by=paused_by(temporal_paused=False, operator_paused=beat["paused"]),
+        # No schedule to compare with: the row's own pause is all there is.
+        paused_by=OPERATOR if beat["paused"] else None,
         pause_note=beat["paused_reason"],
         orphaned=False,
         last_success_key=beat["last_logical_key"],
         last_success_at=beat["last_success_at"],
         next_expected_at=beat["next_expected_at"],
-        health=_health(beat, now=now),
+        health=_health(beat, now=now, operator_paused=beat["paused"]),
         last_error=beat["last_error"],
         skipped_overlap=0,
         missed_catchup=0,
@@ -154,11 +157,11 @@ def _unknown_job_error(beat: dict[str, Any] | None) -> bool:
     return bool(beat and (beat["last_error"] or "").startswith("unknown job "))
 
 
-def _health(beat: dict[str, Any] | None, *, now: datetime) -> str:
+def _health(beat: dict[str, Any] | None, *, now: datetime, operator_paused: bool) -> str:
     return derive_health(
         now=now,
         tracked=beat is not None,
-        operator_paused=bool(beat and beat["paused"]),
+        operator_paused=operator_paused,
         next_expected_at=beat["next_expected_at"] if beat else None,
         grace=beat["grace"] if beat else timedelta(0),
     )

@@ -69,6 +69,14 @@ UPDATE cronwarden.heartbeats
  WHERE schedule_id = $1
 """
 
+# `schedules unpause`, first step: a failure after it leaves the monitor paging (loud), never a
+# row still marked paused for a schedule Temporal runs again (silent).
+_CLEAR_PAUSE = """
+UPDATE cronwarden.heartbeats
+   SET paused = false, paused_reason = NULL, updated_at = now()
+ WHERE schedule_id = $1
+"""
+
 _DELETE = "DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1"
 
 _ALL = "SELECT * FROM cronwarden.heartbeats ORDER BY schedule_id"
@@ -81,6 +89,12 @@ async def pause(conn: Any, *, schedule_id: str, reason: str | None) -> None:
 async def resume(conn: Any, *, schedule_id: str, next_expected_at: datetime | None) -> bool:
     """False when the schedule has no heartbeat row (nothing to resume)."""
     status: str = await conn.execute(_RESUME, schedule_id, next_expected_at)
+    return status != "UPDATE 0"
+
+
+async def clear_pause(conn: Any, schedule_id: str) -> bool:
+    """False when the schedule has no heartbeat row."""
+    status: str = await conn.execute(_CLEAR_PAUSE, schedule_id)
     return status != "UPDATE 0"
 
 

@@ -17,8 +17,9 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.worker import Worker
 
 from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN, RunOutcome, logical_key
+from activities.jobs import REGISTRY, JobRegistry
 from store import locks
-from tests.integration.conftest import fetch, wait_for
+from tests.integration.conftest import fetch, in_process_worker, wait_for
 from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 
 pytestmark = pytest.mark.integration
@@ -234,33 +235,56 @@ async def test_a_job_failing_every_attempt_fails_the_run_and_records_the_error(
     assert await outbox_rows(pool, logical_key(schedule_id, FIRE)) == 0
 
 
-@pytest.mark.parametrize(
-    ("job", "args", "expected"),
-    [("no-such-job", {}, "UnknownJob"), ("probe", {"sleep": "long"}, "InvalidArgs")],
-)
-async def test_unknown_jobs_and_bad_args_fail_without_retrying(
-    client: Client,
-    pool: asyncpg.Pool,
-    task_queue: str,
-    worker: Worker,
-    schedule_id: str,
-    job: str,
-    args: dict[str, Any],
-    expected: str,
-) -> None:
-    handle = await start_run(client, task_queue, schedule_id, job=job, args=args, max_attempts=5)
-    with pytest.raises(WorkflowFailureError) as failed:
-        await handle.result()
-    assert failure_type(failed.value) == expected
-    activity_error = failed.value.cause
-    assert isinstance(activity_error, ActivityError)
+async def attempts_started(handle: WorkflowHandle[Any, Any]) -> list[int]:
     history = await handle.fetch_history()
-    attempts = [
+    return [
         e.activity_task_started_event_attributes.attempt
         for e in history.events
         if e.HasField("activity_task_started_event_attributes")
     ]
-    assert attempts == [1], "a final error must not be retried"
+
+
+async def test_bad_args_fail_without_retrying(
+    client: Client, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    handle = await start_run(
+        client, task_queue, schedule_id, args={"sleep": "long"}, max_attempts=5
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == "InvalidArgs"
+    assert isinstance(failed.value.cause, ActivityError)
+    assert await attempts_started(handle) == [1], "a final error must not be retried"
+
+
+async def test_an_unknown_job_is_retried_and_fails_for_good_on_the_last_attempt(
+    client: Client, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    # Retries may land on another worker that has the job (a rolling deploy); when none has
+    # it, the last attempt fails non-retryably.
+    handle = await start_run(client, task_queue, schedule_id, job="no-such-job", max_attempts=2)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == "UnknownJob"
+    # Temporal records only the last attempt's start event: the run failed on attempt 2.
+    assert await attempts_started(handle) == [2]
+
+
+async def test_a_replay_of_a_done_key_on_a_worker_without_the_job_is_already_done(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    first = await start_run(client, task_queue, schedule_id)
+    assert (await first.result()).outcome == RAN
+    registry = JobRegistry()
+    registry.register(REGISTRY.get("noop-digest"))
+    other_queue = f"{task_queue}-old"
+    async with in_process_worker(client, pool, other_queue, registry):
+        again = await start_run(client, other_queue, schedule_id, max_attempts=1)
+        assert (await again.result()).outcome == ALREADY_DONE
+    beat = await fetch(
+        pool, "SELECT last_error FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
+    )
+    assert not beat or beat[0]["last_error"] is None
 
 
 async def test_buffer_one_waits_for_the_lease_instead_of_dropping_the_fire(

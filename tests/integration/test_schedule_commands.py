@@ -8,6 +8,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
     Schedule,
@@ -24,14 +27,21 @@ from temporalio.client import (
     ScheduleIntervalSpec,
     ScheduleSpec,
 )
-from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.jobs import REGISTRY, JobRegistry
 from schedules import operations
 from schedules.apply import apply_definitions, describe_or_none, send_update
+from schedules.cli import _run_outcome
 from schedules.inventory import action_memo, schedule_ids
-from schedules.mapping import DIGEST_MEMO, definition_digest, to_temporal
+from schedules.mapping import (
+    DEFINITION_MEMO,
+    DIGEST_MEMO,
+    MANAGED_MEMO,
+    definition_digest,
+    to_temporal,
+)
 from schedules.model import ScheduleDefinition
 from store import heartbeats
 from tests.integration.conftest import fetch, in_process_worker, wait_for
@@ -96,13 +106,16 @@ async def committed(pool: asyncpg.Pool, logical_key: str) -> list[asyncpg.Record
     return await fetch(pool, "SELECT * FROM cronwarden.outbox WHERE logical_key = $1", logical_key)
 
 
-async def foreign_schedule(client: Client, sid: str, task_queue: str) -> ScheduleHandle:
+async def foreign_schedule(
+    client: Client, sid: str, task_queue: str, *, memo: dict[str, Any] | None = None
+) -> ScheduleHandle:
     return await client.create_schedule(
         sid,
         Schedule(
             action=ScheduleActionStartWorkflow("SomeoneElses", id="x", task_queue=task_queue),
             spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=300))]),
         ),
+        memo=memo,
     )
 
 
@@ -119,7 +132,10 @@ async def test_apply_twice_is_a_noop_with_an_unchanged_diff(
     path = write(tmp_path, "schedules:\n" + entry(sid))
     first = await cli(cli_env, "schedules", "apply", "--json", str(path))
     assert first.code == 0, first
-    assert json.loads(first.stdout)["changes"][0]["action"] == "created"
+    (created,) = json.loads(first.stdout)["changes"]
+    assert created["action"] == "created"
+    # The documented time format of every JSON shape.
+    assert datetime.strptime(created["next_fire"], "%Y-%m-%dT%H:%M:%SZ")
     before = (await client.get_schedule_handle(sid).describe()).info.last_updated_at
 
     second = await cli(cli_env, "schedules", "apply", "--json", str(path))
@@ -207,6 +223,34 @@ async def test_a_new_schedule_duplicating_an_existing_one_is_refused_unless_allo
     assert f"{new}: created" in accepted.stdout
 
 
+async def test_an_update_that_makes_a_schedule_duplicate_an_existing_one_is_refused(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
+) -> None:
+    old, other = new_id("old"), new_id("other")
+    cleanup.extend([old, other])
+    # Unique args: other tests' schedules on this server must not count as duplicates.
+    mark = uuid.uuid4().int % 10**9
+    body = "    job: probe\n    every: 300d\n    args: {{sleep: 0.000{tag}}}\n"
+    first = write(
+        tmp_path,
+        f"schedules:\n  - id: {old}\n"
+        + body.format(tag=f"{mark}1")
+        + f"  - id: {other}\n"
+        + body.format(tag=f"{mark}2"),
+    )
+    assert (await cli(cli_env, "schedules", "apply", str(first))).code == 0
+    await wait_for(lambda: listed(client, old, other), timeout=20, what="listed")
+
+    # `other` changed to run exactly what `old` runs (the file no longer lists `old`).
+    same = write(tmp_path, f"schedules:\n  - id: {other}\n" + body.format(tag=f"{mark}1"))
+    refused = await cli(cli_env, "schedules", "apply", str(same))
+    assert refused.code == 2, refused
+    assert f"'{other}' duplicates the existing schedule(s) '{old}'" in refused.stderr
+    desc = await client.get_schedule_handle(other).describe()
+    stored = (await action_memo(client, desc))[DEFINITION_MEMO]["args"]["sleep"]
+    assert stored == float(f"0.000{mark}2")
+
+
 async def test_list_marks_unmanaged_schedules_and_its_json_has_the_documented_keys(
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str
 ) -> None:
@@ -230,6 +274,85 @@ async def test_list_marks_unmanaged_schedules_and_its_json_has_the_documented_ke
     finally:
         await client.get_schedule_handle(ours).delete()
         await client.get_schedule_handle(foreign).delete()
+
+
+async def test_a_memo_this_process_cannot_decode_is_unmanaged_and_never_a_traceback(
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    client: Client,
+    task_queue: str,
+    cleanup: list[str],
+) -> None:
+    # Another team's codec (or ours, read by a CLI without CRONWARDEN_PAYLOAD_CODEC).
+    sealed = Payload(metadata={"encoding": b"binary/encrypted"}, data=b"\x00sealed")
+    foreign, named, ours = new_id("sealed"), new_id("sealed-ours"), new_id("ours")
+    cleanup.extend([foreign, named, ours])
+    await foreign_schedule(client, foreign, task_queue, memo={"their-team": sealed})
+    await foreign_schedule(client, named, task_queue, memo={MANAGED_MEMO: sealed})
+    await wait_for(lambda: listed(client, foreign, named), timeout=20, what="listed")
+
+    listing = await cli(cli_env, "schedules", "list", "--json")
+    assert listing.code == 0, listing
+    rows = {r["schedule_id"]: r for r in json.loads(listing.stdout)["schedules"]}
+    assert rows[foreign]["managed"] is False and rows[named]["managed"] is False
+    status = await cli(cli_env, "status", "--json")
+    assert status.code == 0, status
+    described = await cli(cli_env, "schedules", "describe", foreign, "--json")
+    assert described.code == 0, described
+
+    created = await cli(
+        cli_env, "schedules", "apply", str(write(tmp_path, "schedules:\n" + entry(ours)))
+    )
+    assert created.code == 0, created
+    assert f"{ours}: created" in created.stdout
+
+    refused = await cli(
+        cli_env, "schedules", "apply", str(write(tmp_path, "schedules:\n" + entry(named)))
+    )
+    assert refused.code == 1, refused
+    assert "CRONWARDEN_PAYLOAD_CODEC" in refused.stderr
+    paused = await cli(cli_env, "schedules", "pause", named)
+    assert paused.code == 1 and "CRONWARDEN_PAYLOAD_CODEC" in paused.stderr
+    for result in (listing, status, described, created, refused, paused):
+        assert "Traceback" not in result.stderr
+
+
+@workflow.defn(name="SomeoneElses")
+class SomeoneElsesWorkflow:
+    """A foreign team's workflow: its result is no RunOutcome."""
+
+    @workflow.run
+    async def run(self) -> str:
+        return "their own result"
+
+
+async def test_describe_of_a_foreign_schedule_that_has_run_shows_its_runs_without_outcome(
+    client: Client, cli_env: dict[str, str], task_queue: str, cleanup: list[str]
+) -> None:
+    sid = new_id("foreign-ran")
+    cleanup.append(sid)
+    handle = await foreign_schedule(client, sid, task_queue)
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[SomeoneElsesWorkflow],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    ):
+        await handle.trigger()
+
+        async def finished() -> bool:
+            info = (await handle.describe()).info
+            return bool(info.recent_actions) and not info.running_actions
+
+        await wait_for(finished, timeout=30, what="the foreign run to finish")
+    result = await cli(cli_env, "schedules", "describe", sid, "--json")
+    assert result.code == 0, result
+    (run,) = json.loads(result.stdout)["recent_runs"]
+    assert run["status"] == "completed"
+    assert run["outcome"] is None and run["committed"] is None
+    text = await cli(cli_env, "schedules", "describe", sid)
+    assert text.code == 0, text
+    assert "completed" in text.stdout
 
 
 async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
@@ -264,6 +387,30 @@ async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
     assert "every 2s" in text.stdout and "completed (ran), committed" in text.stdout
 
 
+async def expected_a_day_ago(pool: asyncpg.Pool, schedule_id: str) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 day' "
+            "WHERE schedule_id = $1",
+            schedule_id,
+        )
+
+
+async def unpaused_beat(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], schedule_id: str
+) -> dict[str, Any]:
+    """`schedules unpause`, then the heartbeat row, checked to expect the next fire."""
+    resumed = await cli(cli_env, "schedules", "unpause", schedule_id)
+    assert resumed.code == 0, resumed
+    desc = await client.get_schedule_handle(schedule_id).describe()
+    assert desc.schedule.state.paused is False
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, schedule_id)
+    assert beat is not None
+    assert beat["next_expected_at"] == desc.info.next_action_times[0]
+    return beat
+
+
 async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_fire(
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
 ) -> None:
@@ -277,22 +424,39 @@ async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_f
         beat = await heartbeats.get(conn, managed)
         assert beat is not None
         assert beat["paused"] is True and beat["paused_reason"] == "disk swap"
-        # As if the schedule had been paused across a fire time.
-        await conn.execute(
-            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '1 day' "
-            "WHERE schedule_id = $1",
-            managed,
-        )
+    # As if the schedule had been paused across a fire time.
+    await expected_a_day_ago(pool, managed)
 
-    resumed = await cli(cli_env, "schedules", "unpause", managed)
-    assert resumed.code == 0, resumed
-    desc = await handle.describe()
-    assert desc.schedule.state.paused is False
-    async with pool.acquire() as conn:
-        beat = await heartbeats.get(conn, managed)
-    assert beat is not None
+    beat = await unpaused_beat(client, pool, cli_env, managed)
     assert beat["paused"] is False and beat["paused_reason"] is None
-    assert beat["next_expected_at"] == desc.info.next_action_times[0]
+
+
+async def test_a_recorded_pause_that_temporal_no_longer_holds_is_judged_like_any_schedule(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
+) -> None:
+    assert (await cli(cli_env, "schedules", "pause", managed, "--reason", "disk swap")).code == 0
+    # Unpaused in Temporal's UI: the heartbeat row still says paused.
+    await client.get_schedule_handle(managed).unpause(note="from the UI")
+    await expected_a_day_ago(pool, managed)
+    status = await cli(cli_env, "status", "--json")
+    assert status.code == 0, status
+    row = next(r for r in json.loads(status.stdout)["schedules"] if r["schedule_id"] == managed)
+    assert row["paused"] is False
+    assert row["paused_by"] == "operator (not paused in Temporal)"
+    assert row["pause_note"] == "disk swap"
+    assert row["health"] == "overdue"
+
+
+async def test_unpause_of_a_schedule_without_a_heartbeat_row_starts_tracking_it(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
+) -> None:
+    handle = client.get_schedule_handle(managed)
+    await handle.pause(note="paused by operator")
+    async with pool.acquire() as conn:
+        await heartbeats.delete(conn, managed)
+    beat = await unpaused_beat(client, pool, cli_env, managed)
+    assert beat["paused"] is False
+    assert beat["grace"] == definition(managed).heartbeat_grace
 
 
 async def test_trigger_produces_a_run_whose_outbox_row_exists(
@@ -322,13 +486,55 @@ async def test_trigger_produces_a_run_whose_outbox_row_exists(
     assert json.loads(again.stdout)["logical_key"] != data["logical_key"]
 
 
+async def test_a_run_temporal_no_longer_knows_is_described_as_expired(client: Client) -> None:
+    # What the namespace's retention leaves behind: a schedule's recent action naming a run
+    # that Temporal answers NOT_FOUND for. (The dev server keeps deleted runs for a while, so
+    # the run is named, not deleted.)
+    status, outcome = await _run_outcome(client, new_id("gone"), str(uuid.uuid4()), managed=True)
+    assert (status, outcome) == ("expired", None)
+
+
+async def test_a_trigger_behind_a_running_run_of_a_buffer_one_schedule_is_reported_buffered(
+    tmp_path: Path,
+    client: Client,
+    pool: asyncpg.Pool,
+    worker: Worker,
+    apply_one: ApplyOne,
+    schedule_id: str,
+) -> None:
+    gate = tmp_path / "gate"
+    handle = await apply_one(
+        definition(schedule_id, job="gated", overlap="buffer_one", args={"gate": str(gate)})
+    )
+    first = await operations.trigger(client, schedule_id)
+    assert first.workflow_id is not None
+
+    async def running() -> bool:
+        return bool((await handle.describe()).info.running_actions)
+
+    await wait_for(running, timeout=10, what="the first run to be running")
+    second = await operations.trigger(client, schedule_id, wait_seconds=2)
+    assert second.workflow_id is None and second.logical_key is None
+    assert second.note.startswith("buffered: it starts when the running run")
+    gate.touch()
+
+    async def both_committed() -> bool:
+        rows = await fetch(
+            pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id
+        )
+        return len(rows) == 2
+
+    await wait_for(both_committed, timeout=30, what="the buffered run to commit after the first")
+
+
 async def test_two_triggers_in_one_second_start_two_runs(
     client: Client, apply_one: ApplyOne, schedule_id: str
 ) -> None:
     # allow_all (a read-only job): neither run waits for the other, so only the workflow id
     # could make Temporal drop the second start.
     await apply_one(definition(schedule_id, job="noop-digest", overlap="allow_all", args={}))
-    # Start at the top of a second so that both triggers fall inside it.
+    # Start at the top of a second so that both triggers would fall inside it. The alignment
+    # only makes the collision likely; the assertions hold wherever the triggers land.
     await asyncio.sleep(1.02 - datetime.now(UTC).microsecond / 1_000_000)
     first = await operations.trigger(client, schedule_id)
     second = await operations.trigger(client, schedule_id)
@@ -340,13 +546,16 @@ async def test_two_triggers_in_one_second_start_two_runs(
 
 
 async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
+    tmp_path: Path,
     pool: asyncpg.Pool,
     cli_env: dict[str, str],
     worker: Worker,
     apply_one: ApplyOne,
     schedule_id: str,
 ) -> None:
-    handle = await apply_one(definition(schedule_id, args={"sleep": 8}))
+    # The first run holds until the gate opens, after the second trigger has been judged.
+    gate = tmp_path / "gate"
+    handle = await apply_one(definition(schedule_id, job="gated", args={"gate": str(gate)}))
     first = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
     assert first.code == 0, first
     key = json.loads(first.stdout)["logical_key"]
@@ -359,6 +568,7 @@ async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
     assert second.code == 1, second
     assert "skipped the triggered run" in second.stderr
     assert "overlap is skip" in second.stderr
+    gate.touch()
     await wait_for(lambda: committed(pool, key), timeout=30, what="the first run's commit")
 
 
@@ -380,6 +590,34 @@ async def test_delete_removes_the_schedule_and_its_heartbeat_and_keeps_the_outbo
     async with pool.acquire() as conn:
         assert await heartbeats.get(conn, managed) is None
     assert await committed(pool, key)
+
+
+async def test_delete_of_a_schedule_gone_from_temporal_removes_its_leftover_heartbeat_row(
+    client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], managed: str
+) -> None:
+    # Deleted outside cronwarden: the heartbeat row would page for ever.
+    await client.get_schedule_handle(managed).delete()
+    result = await cli(cli_env, "schedules", "delete", managed, "--yes")
+    assert result.code == 0, result
+    assert "not in Temporal; its leftover heartbeat row is deleted" in result.stdout
+    async with pool.acquire() as conn:
+        assert await heartbeats.get(conn, managed) is None
+    again = await cli(cli_env, "schedules", "delete", managed, "--yes")
+    assert again.code == 1 and f"no schedule '{managed}'" in again.stderr
+
+
+async def test_delete_checks_the_schedule_before_asking_for_confirmation(
+    client: Client, cli_env: dict[str, str], task_queue: str, cleanup: list[str]
+) -> None:
+    foreign = new_id("foreign")
+    cleanup.append(foreign)
+    await foreign_schedule(client, foreign, task_queue)
+    # Without --yes and off a terminal: the id is refused before any confirmation is asked for.
+    unknown = await cli(cli_env, "schedules", "delete", "no-such-schedule")
+    assert unknown.code == 1 and "no schedule 'no-such-schedule'" in unknown.stderr
+    theirs = await cli(cli_env, "schedules", "delete", foreign)
+    assert theirs.code == 1 and "not created by cronwarden" in theirs.stderr
+    assert "--yes" not in unknown.stderr + theirs.stderr
 
 
 async def test_commands_on_an_unknown_id_exit_1_naming_the_known_ids(
@@ -422,10 +660,7 @@ async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, managed: str
 ) -> None:
     handle = client.get_schedule_handle(managed)
-    # A worker redeployed without the `probe` job.
-    without_probe = JobRegistry()
-    without_probe.register(REGISTRY.get("noop-digest"))
-    async with in_process_worker(client, pool, task_queue, without_probe):
+    async with in_process_worker(client, pool, task_queue, without_probe()):
         await handle.trigger()
 
         async def paused() -> bool:
@@ -454,6 +689,53 @@ async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
     assert row["orphaned"] is True
 
 
+def without_probe() -> JobRegistry:
+    """The registry of a worker deployed without the `probe` job."""
+    registry = JobRegistry()
+    registry.register(REGISTRY.get("noop-digest"))
+    return registry
+
+
+async def test_a_retry_on_a_worker_that_has_the_job_commits_and_leaves_the_schedule_running(
+    client: Client, pool: asyncpg.Pool, task_queue: str, apply_one: ApplyOne, schedule_id: str
+) -> None:
+    # A rolling deploy: the old worker (without the job) takes the first attempt; the retry
+    # lands on the new worker.
+    handle = await apply_one(definition(schedule_id, max_attempts=10))
+    async with AsyncExitStack() as workers:
+        old = await workers.enter_async_context(
+            in_process_worker(client, pool, task_queue, without_probe())
+        )
+        await handle.trigger()
+
+        async def failed_once() -> str | None:
+            for running in (await handle.describe()).info.running_actions:
+                assert isinstance(running, ScheduleActionExecutionStartWorkflow)
+                wf = await client.get_workflow_handle(running.workflow_id).describe()
+                pending = wf.raw_description.pending_activities
+                if pending and pending[0].attempt >= 2:
+                    return str(running.workflow_id)
+            return None
+
+        workflow_id = await wait_for(failed_once, timeout=30, what="a failed first attempt")
+        # Another process in real life: one client may not run two workers on one queue.
+        other = await Client.connect(client.service_client.config.target_host)
+        await workers.enter_async_context(in_process_worker(other, pool, task_queue))
+        await old.shutdown()
+        await wait_for(
+            lambda: fetch(
+                pool, "SELECT 1 FROM cronwarden.outbox WHERE workflow_id = $1", workflow_id
+            ),
+            timeout=60,
+            what="the retry's commit",
+        )
+    rows = await fetch(pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id)
+    assert len(rows) == 1
+    desc = await handle.describe()
+    assert desc.schedule.state.paused is False
+    assert desc.schedule.state.note is None or "cronwarden: job" not in desc.schedule.state.note
+
+
 async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_it(
     client: Client, pool: asyncpg.Pool, task_queue: str, managed: str
 ) -> None:
@@ -468,7 +750,7 @@ async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_i
     try:
         await send_update(client, stale, replacement)
     except RPCError as exc:
-        assert "onflict" in exc.message
+        assert exc.status == RPCStatusCode.FAILED_PRECONDITION, exc
     # Patches and updates are applied in order: once this note shows, the stale update has
     # been dealt with.
     await handle.pause(note="operator: still holding")

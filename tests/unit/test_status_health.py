@@ -12,6 +12,7 @@ from schedules.health import (
     LATE,
     OK,
     OPERATOR,
+    OPERATOR_NOT_IN_TEMPORAL,
     OVERDUE,
     PAUSED,
     UNTRACKED,
@@ -73,6 +74,11 @@ def test_a_pause_is_an_operators_only_when_the_heartbeat_row_says_so() -> None:
     # still pages, so status must not present it as a deliberate pause.
     assert paused_by(temporal_paused=True, operator_paused=False) == FAILURE
     assert paused_by(temporal_paused=False, operator_paused=False) is None
+
+
+def test_a_recorded_pause_without_temporals_pause_is_flagged_not_trusted() -> None:
+    # Unpaused in Temporal's UI, or an unpause that failed halfway.
+    assert paused_by(temporal_paused=False, operator_paused=True) == OPERATOR_NOT_IN_TEMPORAL
 
 
 @pytest.mark.parametrize(
