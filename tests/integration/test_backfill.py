@@ -373,6 +373,8 @@ async def test_a_run_whose_replays_fail_reports_each_and_exits_1(
         ("now", "now", "the window is empty"),
         ("yesterday", "now", "--start 'yesterday' is not a time"),
         ("2026-01-01T00:00:00", "now", "has no time zone"),
+        ("-1000000d", "now", "--start '-1000000d' is out of range"),
+        ("0001-01-01T00:00:00+01:00", "now", "is out of range"),
     ],
 )
 async def test_a_bad_window_exits_2_naming_the_problem(
@@ -385,6 +387,13 @@ async def test_a_bad_window_exits_2_naming_the_problem(
         assert result.code == 2, result
         assert result.stderr.startswith("error: ")
         assert message in result.stderr
+
+
+async def test_a_since_too_long_ago_exits_2_without_a_traceback(cli_env: dict[str, str]) -> None:
+    result = await cli(cli_env, "audit", "any-schedule", "--since", "100000000d")
+    assert result.code == 2, result
+    assert result.stderr.startswith("error: --since '100000000d' is out of range")
+    assert "Traceback" not in result.stderr
 
 
 async def test_an_unknown_or_foreign_schedule_is_refused(

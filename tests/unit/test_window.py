@@ -47,6 +47,26 @@ def test_an_unreadable_instant_names_the_option_and_the_value(text: str) -> None
     assert str(exc_info.value).startswith(f"--end '{text}'")
 
 
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("-1000000d", "--start"),
+        ("0001-01-01T00:00:00+01:00", "--start"),
+        ("9999-12-31T23:00:00-05:00", "--end"),
+    ],
+)
+def test_an_instant_outside_the_datetime_range_is_invalid_input(text: str, what: str) -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        parse_instant(text, now=NOW, what=what)
+    assert str(exc_info.value).startswith(f"{what} '{text}' is out of range")
+
+
+@pytest.mark.parametrize("text", ["100000000d", "-1000000d"])
+def test_a_since_too_long_ago_is_invalid_input(text: str) -> None:
+    with pytest.raises(InvalidInput, match=f"--since '{text}' is out of range"):
+        parse_since(text, now=NOW)
+
+
 def test_since_reads_a_bare_duration_as_that_long_ago() -> None:
     assert parse_since("7d", now=NOW) == NOW - timedelta(days=7)
     assert parse_since("-2h", now=NOW) == NOW - timedelta(hours=2)
