@@ -20,6 +20,7 @@ from temporalio.client import (
     ScheduleHandle,
     ScheduleIntervalSpec,
     ScheduleSpec,
+    WorkflowExecutionStatus,
 )
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
@@ -30,6 +31,7 @@ from schedules.apply import apply_definitions
 from schedules.backfill import load_managed, plan
 from schedules.replay import REPLAYED, replay_all, replay_one, replay_workflow_id
 from schedules.window import Window
+from store import locks
 from tests.integration.conftest import fetch, in_process_worker, wait_for
 from tests.integration.test_cli import cli
 from tests.integration.test_guard import effects
@@ -276,6 +278,64 @@ async def test_running_backfill_twice_at_once_applies_each_key_once(
     assert later.counts[REPLAYED] == 0
     counts = await effects_per_key(pool, schedule_id)
     assert sorted(counts.values()) == [1] * len(keys)
+
+
+async def test_a_lease_held_past_lock_wait_leaves_keys_overlap_locked_and_exits_1(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    args = ["--start", iso(missed.start), "--end", iso(missed.end)]
+    lease = f"schedule:{schedule_id}"
+    async with pool.acquire() as conn:
+        # Another holder (a live run of a long job, say) keeps the schedule's lease throughout.
+        held = await locks.acquire(
+            conn, name=lease, holder="test", ttl_seconds=300, logical_key=f"{schedule_id}@held"
+        )
+    assert held.token is not None
+
+    stuck = await cli(cli_env, "backfill", "run", schedule_id, *args, "--lock-wait", "1s")
+    assert stuck.code == 1, stuck.stderr
+    assert "overlap-locked" in stuck.stdout and "(exit 1)" in stuck.stdout
+    report = await cli(
+        cli_env, "backfill", "run", schedule_id, *args, "--lock-wait", "1s", "--json"
+    )
+    assert report.code == 1, report.stderr
+    summary = json.loads(report.stdout)
+    assert summary["missing"] >= 6
+    assert summary["summary"] == {
+        REPLAYED: 0,
+        ALREADY_DONE: 0,
+        OVERLAP_LOCKED: summary["missing"],
+        "failed": 0,
+    }
+    assert await committed(pool, schedule_id) == {}
+
+    # With a longer --lock-wait the replays keep retrying: the first key's replay ends
+    # overlap-locked while the lease is held, and is replayed once the holder lets go.
+    schedule = await load_managed(client, schedule_id)
+    first = next((await plan(client, pool, schedule, missed)).missing_times())
+    handle = client.get_workflow_handle(replay_workflow_id(schedule_id, first))
+    run_before = (await handle.describe()).run_id
+    retrying = asyncio.create_task(
+        cli_json(cli_env, "backfill", "run", schedule_id, *args, "--lock-wait", "60s")
+    )
+
+    async def a_new_replay_ended_overlap_locked() -> bool:
+        latest = await handle.describe()
+        return latest.run_id != run_before and latest.status == WorkflowExecutionStatus.COMPLETED
+
+    try:
+        await wait_for(a_new_replay_ended_overlap_locked, timeout=30, what="a locked-out replay")
+    finally:
+        async with pool.acquire() as conn:
+            await locks.release(conn, name=lease, token=held.token)
+    retried = await retrying
+    assert retried["summary"] == {
+        REPLAYED: summary["missing"],
+        ALREADY_DONE: 0,
+        OVERLAP_LOCKED: 0,
+        "failed": 0,
+    }
+    assert len(await committed(pool, schedule_id)) == summary["missing"]
 
 
 async def test_a_replay_racing_the_live_run_of_its_key_applies_once(
