@@ -166,19 +166,25 @@ async def plan(
 
 async def plan_window(client: Client, pool: asyncpg.Pool, schedule_id: str, window: Window) -> Plan:
     """Expected minus done over exactly `window`: one matching-times page, one query."""
+    async with pool.acquire() as conn:
+        return await plan_on(client, conn, schedule_id, window)
+
+
+async def plan_on(client: Client, conn: Any, schedule_id: str, window: Window) -> Plan:
+    """`plan_window` on one connection: inside a REPEATABLE READ transaction every page (and
+    whatever the caller reads after) sees one snapshot of the outbox."""
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
     pages = matching_times(client, schedule_id, window)
     # The next page is fetched from Temporal while Postgres subtracts the current one: the two
     # round trips overlap, and at most two pages are held at once.
     upcoming = asyncio.ensure_future(anext(pages, None))
     try:
-        async with pool.acquire() as conn:
-            while (page := await upcoming) is not None:
-                upcoming = asyncio.ensure_future(anext(pages, None))
-                missing = await outbox.missing_fire_times(conn, schedule_id, page)
-                result.expected += len(page)
-                result.done += len(page) - len(missing)
-                result.missing.extend(missing)
+        while (page := await upcoming) is not None:
+            upcoming = asyncio.ensure_future(anext(pages, None))
+            missing = await outbox.missing_fire_times(conn, schedule_id, page)
+            result.expected += len(page)
+            result.done += len(page) - len(missing)
+            result.missing.extend(missing)
     finally:
         if not upcoming.done():
             upcoming.cancel()

@@ -7,7 +7,7 @@ import asyncio
 import json
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,9 +31,10 @@ from temporalio.worker import Worker
 
 from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, format_fire_time, logical_key
 from cronwarden.embedded import EmbeddedTemporal, free_port
+from schedules import audit as audit_module
 from schedules.apply import apply_definitions
 from schedules.audit import audit
-from schedules.backfill import load_managed, plan
+from schedules.backfill import ManagedSchedule, load_managed, plan
 from schedules.backfill_cli import CONFIRM_ABOVE
 from schedules.replay import (
     REPLAYED,
@@ -461,6 +462,80 @@ async def test_more_than_a_hundred_keys_without_yes_and_without_a_terminal_start
             await client.get_workflow_handle(replay_workflow_id(schedule_id, fire_time)).describe()
         assert exc_info.value.status == RPCStatusCode.NOT_FOUND
     assert await committed(pool, schedule_id) == {}
+
+
+async def test_a_fire_committing_while_the_audit_reads_is_not_counted_off_spec(
+    client: Client,
+    pool: asyncpg.Pool,
+    schedule_id: str,
+    missed: Window,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schedule = await load_managed(client, schedule_id)
+    first = next((await plan(client, pool, schedule, missed)).missing_times())
+    list_running = audit_module.running_fire_times
+
+    async def commit_meanwhile(client: Client, schedule: ManagedSchedule) -> set[datetime]:
+        # A fire of the spec commits after the plan's pages were read and before the window's
+        # outbox records are counted: the race a live schedule runs into on every audit.
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO cronwarden.outbox (logical_key, schedule_id, fire_time, attempt, "
+                "fencing_token, worker, args_digest) VALUES ($1, $2, $3, 1, 1, 'test', 'x')",
+                logical_key(schedule_id, first),
+                schedule_id,
+                first,
+            )
+        return await list_running(client, schedule)
+
+    monkeypatch.setattr(audit_module, "running_fire_times", commit_meanwhile)
+    result = await audit(client, pool, schedule, missed)
+    assert result.committed_off_spec == 0
+    assert first in result.missing
+    assert len(await committed(pool, schedule_id)) == 1
+
+
+OTHER_GATE = Path(tempfile.gettempdir()) / f"cronwarden-test-gate-{uuid.uuid4().hex}"
+
+
+async def test_a_run_of_a_schedule_whose_id_extends_this_one_is_not_audited_as_its_replay(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+    missed: Window,
+) -> None:
+    # Schedule `X-replay` names its scheduled runs `X-replay-<time>`: exactly the id a replay
+    # of schedule X at that time would have. One of its runs is kept running.
+    other = f"{schedule_id}-replay"
+    defn = definition(other, every="1s", job="gated", args={"gate": str(OTHER_GATE)})
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    running = (
+        f"WorkflowType = 'ScheduledRunWorkflow' AND ExecutionStatus = 'Running' "
+        f"AND TemporalScheduledById = '{other}'"
+    )
+
+    async def other_running() -> list[str]:
+        return [e.id async for e in client.list_workflows(running)]
+
+    try:
+        ids = await wait_for(other_running, timeout=30, what="a run of the other schedule")
+        assert all(i.startswith(f"{schedule_id}-replay-") for i in ids)
+        audited = await cli_json(cli_env, "audit", schedule_id, "--since", iso(missed.start))
+    finally:
+        await client.get_schedule_handle(other).delete()
+        OTHER_GATE.touch()
+    try:
+        await wait_for(lambda: _none(other_running), timeout=30, what="the other runs to end")
+    finally:
+        OTHER_GATE.unlink()
+    assert audited["in_flight"] == 0
+    assert audited["missing"] == audited["expected"] >= 6
+
+
+async def _none(listing: Callable[[], Awaitable[list[str]]]) -> bool:
+    return not await listing()
 
 
 async def test_a_replay_racing_the_live_run_of_its_key_applies_once(

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cronwarden.errors import InvalidInput
-from schedules.audit import fire_time_of
+from schedules.audit import replay_fire_time, scheduled_fire_time
 from schedules.backfill_cli import _confirm
 from schedules.window import Window, make_window, parse_instant, parse_since
 
@@ -103,20 +103,38 @@ def test_clamping_to_creation_keeps_only_fires_strictly_after_it() -> None:
     assert window.clamped_to(window.end + timedelta(hours=1)).empty
 
 
+FOUR = datetime(2026, 11, 30, 4, tzinfo=UTC)
+
+
 @pytest.mark.parametrize(
-    ("workflow_id", "expected"),
+    ("workflow_id", "scheduled", "replay"),
     [
-        ("nightly-2026-11-30T04:00:00Z", datetime(2026, 11, 30, 4, tzinfo=UTC)),
-        ("nightly-replay-2026-11-30T04:00:00Z", datetime(2026, 11, 30, 4, tzinfo=UTC)),
-        ("nightly-eu-2026-11-30T04:00:00Z", None),
-        ("nightly-replay-2026-11-30T04:00:00Z-abc", None),
-        ("other-2026-11-30T04:00:00Z", None),
+        ("nightly-2026-11-30T04:00:00Z", FOUR, None),
+        ("nightly-replay-2026-11-30T04:00:00Z", None, FOUR),
+        # A run of schedule `nightly-eu`, and ids with something after the time.
+        ("nightly-eu-2026-11-30T04:00:00Z", None, None),
+        ("nightly-replay-2026-11-30T04:00:00Z-abc", None, None),
+        ("nightly-2026-11-30T04:00:00Z-abc", None, None),
+        ("nightly-replay-eu-2026-11-30T04:00:00Z", None, None),
+        ("other-2026-11-30T04:00:00Z", None, None),
+        ("other-replay-2026-11-30T04:00:00Z", None, None),
+        ("nightly-2026-11-30T04:00:00.5Z", None, None),
     ],
 )
-def test_a_run_workflow_id_names_its_fire_time_only_for_its_own_schedule(
-    workflow_id: str, expected: datetime | None
+def test_a_run_workflow_id_names_its_fire_time_only_in_its_exact_form(
+    workflow_id: str, scheduled: datetime | None, replay: datetime | None
 ) -> None:
-    assert fire_time_of("nightly", workflow_id) == expected
+    assert scheduled_fire_time("nightly", workflow_id) == scheduled
+    assert replay_fire_time("nightly", workflow_id) == replay
+
+
+def test_a_schedule_whose_id_extends_another_is_not_taken_for_its_replays() -> None:
+    # Schedule `nightly-replay`'s own runs: a scheduled run of it, never a scheduled run of
+    # `nightly` (the id alone cannot tell it from a replay of `nightly`: audit asks Temporal
+    # which schedule started it).
+    assert scheduled_fire_time("nightly-replay", "nightly-replay-2026-11-30T04:00:00Z") == FOUR
+    assert scheduled_fire_time("nightly", "nightly-replay-2026-11-30T04:00:00Z") is None
+    assert replay_fire_time("nightly-replay", "nightly-replay-2026-11-30T04:00:00Z") is None
 
 
 def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer() -> None:
