@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -137,7 +138,11 @@ def test_a_schedule_whose_id_extends_another_is_not_taken_for_its_replays() -> N
     assert replay_fire_time("nightly-replay", "nightly-replay-2026-11-30T04:00:00Z") is None
 
 
-def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer() -> None:
+def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Nobody at a terminal, whatever stdin the test runs with (`pytest -s` in a terminal).
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
     _confirm(100, yes=False)
     _confirm(5000, yes=True)
     with pytest.raises(InvalidInput, match="pass --yes"):
