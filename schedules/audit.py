@@ -14,12 +14,16 @@ from typing import Any
 
 import asyncpg
 from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
+from temporalio.common import SearchAttributeKey
 
 from activities.contract import format_fire_time, logical_key, parse_fire_time
-from schedules.backfill import ManagedSchedule, plan
+from schedules.backfill import ManagedSchedule, plan_on
 from schedules.window import Window
 from store import outbox
 from workflows.scheduled_run import WORKFLOW_NAME
+
+REPLAY_INFIX = "-replay-"
+SCHEDULED_BY_ID = SearchAttributeKey.for_keyword("TemporalScheduledById")
 
 
 @dataclass
@@ -64,26 +68,26 @@ class Audit:
 async def audit(
     client: Client, pool: asyncpg.Pool, schedule: ManagedSchedule, window: Window
 ) -> Audit:
-    planned = await plan(client, pool, schedule, window)
-    running = await running_fire_times(client, schedule)
-    missing_times = list(planned.missing_times())
-    in_flight = [t for t in missing_times if t in running]
-    async with pool.acquire() as conn:
+    window = window.clamped_to(schedule.created_at)
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        # One snapshot for the plan's pages and the window's count: a fire that commits while
+        # the audit runs is then either in both or in neither, never counted as off the spec.
+        planned = await plan_on(client, conn, schedule.schedule_id, window)
+        running = await running_fire_times(client, schedule)
         in_window = (
             0
-            if planned.window.empty
-            else await outbox.done_in_window(
-                conn, schedule.schedule_id, planned.window.start, planned.window.end
-            )
+            if window.empty
+            else await outbox.done_in_window(conn, schedule.schedule_id, window.start, window.end)
         )
+    missing_times = list(planned.missing_times())
     info = schedule.description.info
     return Audit(
         schedule_id=schedule.schedule_id,
-        window=planned.window,
+        window=window,
         expected=planned.expected,
         committed=planned.done,
         committed_off_spec=in_window - planned.done,
-        in_flight=in_flight,
+        in_flight=[t for t in missing_times if t in running],
         missing=[t for t in missing_times if t not in running],
         actions_total=info.num_actions,
         skipped_overlap_total=info.num_actions_skipped_overlap,
@@ -94,36 +98,56 @@ async def audit(
 
 async def running_fire_times(client: Client, schedule: ManagedSchedule) -> set[datetime]:
     """Fire times of the schedule's runs executing now: scheduled fires (describe's running
-    actions, exact) and replays (visibility, which may lag a second or two behind a start)."""
-    prefix = f"{schedule.schedule_id}-"
-    ids = {
-        action.workflow_id
+    actions, exact) and replays (visibility, which may lag a second or two behind a start).
+
+    Ids alone are ambiguous: a scheduled run of schedule `nightly-replay` is named
+    `nightly-replay-<time>`, exactly like a replay of `nightly`. Temporal tags every scheduled
+    run with `TemporalScheduledById`, so a listed run counts as a replay of this schedule only
+    without that tag, and as its scheduled run only with this schedule's id in it.
+    """
+    schedule_id = schedule.schedule_id
+    times = {
+        t
         for action in schedule.description.info.running_actions
         if isinstance(action, ScheduleActionExecutionStartWorkflow)
+        and (t := scheduled_fire_time(schedule_id, action.workflow_id)) is not None
     }
     query = (
         f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running' "
-        f"AND WorkflowId STARTS_WITH '{prefix}'"
+        f"AND ({SCHEDULED_BY_ID.name} = '{schedule_id}' "
+        f"OR WorkflowId STARTS_WITH '{schedule_id}{REPLAY_INFIX}')"
     )
     async for execution in client.list_workflows(query):
-        ids.add(execution.id)
-    times = set()
-    for workflow_id in ids:
-        fire_time = fire_time_of(schedule.schedule_id, workflow_id)
+        scheduled_by = execution.typed_search_attributes.get(SCHEDULED_BY_ID)
+        if scheduled_by == schedule_id:
+            fire_time = scheduled_fire_time(schedule_id, execution.id)
+        elif not scheduled_by:
+            fire_time = replay_fire_time(schedule_id, execution.id)
+        else:
+            # Another schedule's run whose id merely looks like one of ours.
+            fire_time = None
         if fire_time is not None:
             times.add(fire_time)
     return times
 
 
-def fire_time_of(schedule_id: str, workflow_id: str) -> datetime | None:
-    """The fire time a run's workflow id names (`{id}-{time}` or `{id}-replay-{time}`); None for
-    an id of another shape (another schedule whose id merely starts with this one)."""
-    rest = workflow_id.removeprefix(f"{schedule_id}-")
-    if rest == workflow_id:
+def scheduled_fire_time(schedule_id: str, workflow_id: str) -> datetime | None:
+    """The fire time a scheduled run's id (`{id}-{time}`) names; None for any other shape."""
+    return _fire_time_after(f"{schedule_id}-", workflow_id)
+
+
+def replay_fire_time(schedule_id: str, workflow_id: str) -> datetime | None:
+    """The fire time a replay's id (`{id}-replay-{time}`) names; None for any other shape."""
+    return _fire_time_after(f"{schedule_id}{REPLAY_INFIX}", workflow_id)
+
+
+def _fire_time_after(prefix: str, workflow_id: str) -> datetime | None:
+    if not workflow_id.startswith(prefix):
         return None
-    rest = rest.removeprefix("replay-")
+    rest = workflow_id[len(prefix) :]
     try:
         fire_time = parse_fire_time(rest)
     except ValueError:
         return None
+    # Only the exact form the id was built with: `2026-11-30T04:00:00Z`, nothing before or after.
     return fire_time if format_fire_time(fire_time) == rest else None

@@ -83,7 +83,8 @@ async def load_managed(client: Client, schedule_id: str) -> ManagedSchedule:
 async def matching_times(
     client: Client, schedule_id: str, window: Window
 ) -> AsyncGenerator[list[int], None]:
-    """Temporal's matching times in the window, as pages of epoch seconds, ascending.
+    """Temporal's matching times in the window, as pages of epoch seconds, ascending, each
+    time once.
 
     The server answers times in (start_time, end_time]: start exclusive, end inclusive, at most
     1000 per call (service/worker/scheduler handleListMatchingTimesQuery). Asking from one
@@ -91,12 +92,18 @@ async def matching_times(
     are whole seconds), and the next page asks from the last time returned, which it excludes.
     We stop on an empty page rather than on a short one, so a server that caps pages lower than
     1000 cannot end the stream early.
+
+    Defensive against servers that do not keep that contract (older ones could answer the same
+    time again and again): a time not later than the one before is dropped, so a page is
+    counted after de-duplication, and a page whose last time does not move past where it was
+    asked from ends the stream instead of asking the same question for ever.
     """
     if window.empty:
         return
     after = _timestamp(window.start - timedelta(seconds=1))
     end = _timestamp(window.end)
     start_s, end_s = int(window.start.timestamp()), int(window.end.timestamp())
+    previous = start_s - 1
     while True:
         response = await client.workflow_service.list_schedule_matching_times(
             ListScheduleMatchingTimesRequest(
@@ -106,12 +113,19 @@ async def matching_times(
         times = response.start_time
         if not times:
             return
-        # Defensive: fire times carry no fraction without jitter, and cronwarden sets none;
-        # the key truncates to the second exactly like this.
-        page = [t.seconds for t in times if start_s <= t.seconds <= end_s]
+        # Fire times carry no fraction without jitter, and cronwarden sets none; the key
+        # truncates to the second exactly like this.
+        page = []
+        for t in times:
+            if previous < t.seconds <= end_s:
+                page.append(t.seconds)
+                previous = t.seconds
         if page:
             yield page
-        after = times[-1]
+        last = times[-1]
+        if (last.seconds, last.nanos) <= (after.seconds, after.nanos) or last.seconds >= end_s:
+            return
+        after = last
 
 
 @dataclass
@@ -152,19 +166,25 @@ async def plan(
 
 async def plan_window(client: Client, pool: asyncpg.Pool, schedule_id: str, window: Window) -> Plan:
     """Expected minus done over exactly `window`: one matching-times page, one query."""
+    async with pool.acquire() as conn:
+        return await plan_on(client, conn, schedule_id, window)
+
+
+async def plan_on(client: Client, conn: Any, schedule_id: str, window: Window) -> Plan:
+    """`plan_window` on one connection: inside a REPEATABLE READ transaction every page (and
+    whatever the caller reads after) sees one snapshot of the outbox."""
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
     pages = matching_times(client, schedule_id, window)
     # The next page is fetched from Temporal while Postgres subtracts the current one: the two
     # round trips overlap, and at most two pages are held at once.
     upcoming = asyncio.ensure_future(anext(pages, None))
     try:
-        async with pool.acquire() as conn:
-            while (page := await upcoming) is not None:
-                upcoming = asyncio.ensure_future(anext(pages, None))
-                missing = await outbox.missing_fire_times(conn, schedule_id, page)
-                result.expected += len(page)
-                result.done += len(page) - len(missing)
-                result.missing.extend(missing)
+        while (page := await upcoming) is not None:
+            upcoming = asyncio.ensure_future(anext(pages, None))
+            missing = await outbox.missing_fire_times(conn, schedule_id, page)
+            result.expected += len(page)
+            result.done += len(page) - len(missing)
+            result.missing.extend(missing)
     finally:
         if not upcoming.done():
             upcoming.cancel()

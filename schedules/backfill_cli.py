@@ -125,6 +125,7 @@ def backfill_run(
     """Replay every fire time of the window that has no outbox record, and wait for each."""
 
     async def go() -> int:
+        from activities.contract import OVERLAP_LOCKED
         from schedules.backfill import plan
         from schedules.durations import parse_duration
         from schedules.replay import FAILED, replay_workflow_id
@@ -156,12 +157,14 @@ def backfill_run(
             out.print(", ".join(f"{name} {n}" for name, n in counts.items()))
             for failure in summary.failures:
                 out.print(f"  failed {failure.logical_key}: {failure.detail}")
-            if counts["overlap-locked"]:
+            if counts[OVERLAP_LOCKED]:
                 out.print(
                     "overlap-locked keys found the schedule's lease held for the whole "
-                    "--lock-wait; run the same command again to retry them"
+                    "--lock-wait and were never replayed (exit 1); run the same command again "
+                    "to retry them"
                 )
-        return EXIT_FAILED if summary.counts[FAILED] else 0
+        # A key left overlap-locked never ran: a script checking $? must not read that as done.
+        return EXIT_FAILED if summary.counts[FAILED] or summary.counts[OVERLAP_LOCKED] else 0
 
     code = run_command(go)
     if code:

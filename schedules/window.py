@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from cronwarden.errors import InvalidInput
 from schedules.durations import parse_duration
 
+_RANGE = "times must lie between the years 1 and 9999 (UTC)"
 _FORMS = "use an ISO 8601 time with a zone (2026-11-30T04:00:00Z), `now`, or `-2h` (2 hours ago)"
 
 
@@ -43,7 +44,7 @@ def parse_instant(text: str, *, now: datetime, what: str) -> datetime:
     if stripped.lower() == "now":
         return now
     if stripped.startswith("-"):
-        return now - _duration(stripped[1:], text, what)
+        return _ago(now, _duration(stripped[1:], text, what), text, what)
     try:
         value = datetime.fromisoformat(stripped)
     except ValueError:
@@ -54,14 +55,18 @@ def parse_instant(text: str, *, now: datetime, what: str) -> datetime:
             f"{what} '{text}' has no time zone: cronwarden works in UTC, write it with a Z "
             f"(e.g. {stripped}Z)"
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        # 0001-01-01T00:00:00+01:00 is a valid ISO time whose UTC instant is before year 1.
+        raise InvalidInput(f"{what} '{text}' is out of range: {_RANGE}") from None
 
 
 def parse_since(text: str, *, now: datetime) -> datetime:
     """`--since`: a bare duration (`7d`) means that long ago; any instant form works too."""
     stripped = text.strip()
     if stripped[:1].isdigit() and stripped[-1:] in {"s", "m", "h", "d"}:
-        return now - _duration(stripped, text, "--since")
+        return _ago(now, _duration(stripped, text, "--since"), text, "--since")
     return parse_instant(text, now=now, what="--since")
 
 
@@ -77,6 +82,13 @@ def make_window(start: datetime, end: datetime, *, now: datetime) -> Window:
             f"the window is empty: its end ({_iso(end)}) is not after its start ({_iso(start)})"
         )
     return Window(_ceil_second(start), end.replace(microsecond=0))
+
+
+def _ago(now: datetime, duration: timedelta, original: str, what: str) -> datetime:
+    try:
+        return now - duration
+    except OverflowError:
+        raise InvalidInput(f"{what} '{original}' is out of range: {_RANGE}") from None
 
 
 def _duration(text: str, original: str, what: str) -> timedelta:

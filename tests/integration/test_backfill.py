@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,17 +23,35 @@ from temporalio.client import (
     ScheduleHandle,
     ScheduleIntervalSpec,
     ScheduleSpec,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
 )
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, logical_key
+from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, format_fire_time, logical_key
 from cronwarden.embedded import EmbeddedTemporal, free_port
+from schedules import audit as audit_module
 from schedules.apply import apply_definitions
-from schedules.backfill import load_managed, plan
-from schedules.replay import REPLAYED, replay_all, replay_one, replay_workflow_id
+from schedules.audit import audit
+from schedules.backfill import ManagedSchedule, load_managed, plan
+from schedules.backfill_cli import CONFIRM_ABOVE
+from schedules.replay import (
+    REPLAYED,
+    _start_or_attach,
+    replay_all,
+    replay_one,
+    replay_workflow_id,
+)
 from schedules.window import Window
-from tests.integration.conftest import fetch, in_process_worker, wait_for
+from store import locks
+from tests.integration.conftest import (
+    REPO_ROOT,
+    cronwarden_argv,
+    fetch,
+    in_process_worker,
+    wait_for,
+)
 from tests.integration.test_cli import cli
 from tests.integration.test_guard import effects
 from tests.integration.test_scheduled_runs import definition
@@ -231,8 +252,9 @@ async def missed(
 ) -> AsyncIterator[Window]:
     """A schedule paused at once, with a worker running: every fire time of the window this
     yields (at least six) has no outbox record. Parametrize it (indirect) with more fields of
-    the schedule's definition."""
-    fields: dict[str, Any] = getattr(request, "param", {})
+    the schedule's definition, and `window_seconds` for a longer window than 7 s."""
+    fields: dict[str, Any] = dict(getattr(request, "param", {}))
+    seconds = fields.pop("window_seconds", 7)
     await apply_definitions(
         client, pool, [definition(schedule_id, every="1s", **fields)], task_queue=task_queue
     )
@@ -240,8 +262,8 @@ async def missed(
     try:
         await handle.pause(note="test")
         created_at = (await handle.describe()).info.created_at
-        end = created_at + timedelta(seconds=7)
-        await wait_for(lambda: clock_past(end), timeout=20, what="the window to pass")
+        end = created_at + timedelta(seconds=seconds)
+        await wait_for(lambda: clock_past(end), timeout=seconds + 13, what="the window to pass")
         yield Window(created_at.replace(microsecond=0), end.replace(microsecond=0))
     finally:
         await handle.delete()
@@ -276,6 +298,244 @@ async def test_running_backfill_twice_at_once_applies_each_key_once(
     assert later.counts[REPLAYED] == 0
     counts = await effects_per_key(pool, schedule_id)
     assert sorted(counts.values()) == [1] * len(keys)
+
+
+async def test_a_lease_held_past_lock_wait_leaves_keys_overlap_locked_and_exits_1(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    args = ["--start", iso(missed.start), "--end", iso(missed.end)]
+    lease = f"schedule:{schedule_id}"
+    async with pool.acquire() as conn:
+        # Another holder (a live run of a long job, say) keeps the schedule's lease throughout.
+        held = await locks.acquire(
+            conn, name=lease, holder="test", ttl_seconds=300, logical_key=f"{schedule_id}@held"
+        )
+    assert held.token is not None
+
+    stuck = await cli(cli_env, "backfill", "run", schedule_id, *args, "--lock-wait", "1s")
+    assert stuck.code == 1, stuck.stderr
+    assert "overlap-locked" in stuck.stdout and "(exit 1)" in stuck.stdout
+    report = await cli(
+        cli_env, "backfill", "run", schedule_id, *args, "--lock-wait", "1s", "--json"
+    )
+    assert report.code == 1, report.stderr
+    summary = json.loads(report.stdout)
+    assert summary["missing"] >= 6
+    assert summary["summary"] == {
+        REPLAYED: 0,
+        ALREADY_DONE: 0,
+        OVERLAP_LOCKED: summary["missing"],
+        "failed": 0,
+    }
+    assert await committed(pool, schedule_id) == {}
+
+    # With a longer --lock-wait the replays keep retrying: the first key's replay ends
+    # overlap-locked while the lease is held, and is replayed once the holder lets go.
+    schedule = await load_managed(client, schedule_id)
+    first = next((await plan(client, pool, schedule, missed)).missing_times())
+    handle = client.get_workflow_handle(replay_workflow_id(schedule_id, first))
+    run_before = (await handle.describe()).run_id
+    retrying = asyncio.create_task(
+        cli_json(cli_env, "backfill", "run", schedule_id, *args, "--lock-wait", "60s")
+    )
+
+    async def a_new_replay_ended_overlap_locked() -> bool:
+        latest = await handle.describe()
+        return latest.run_id != run_before and latest.status == WorkflowExecutionStatus.COMPLETED
+
+    try:
+        await wait_for(a_new_replay_ended_overlap_locked, timeout=30, what="a locked-out replay")
+    finally:
+        async with pool.acquire() as conn:
+            await locks.release(conn, name=lease, token=held.token)
+    retried = await retrying
+    assert retried["summary"] == {
+        REPLAYED: summary["missing"],
+        ALREADY_DONE: 0,
+        OVERLAP_LOCKED: 0,
+        "failed": 0,
+    }
+    assert len(await committed(pool, schedule_id)) == summary["missing"]
+
+
+# The gate the `gated` job waits for: the test decides when a replay finishes.
+GATE = Path(tempfile.gettempdir()) / f"cronwarden-test-gate-{uuid.uuid4().hex}"
+
+
+@pytest.mark.parametrize("missed", [{"job": "gated", "args": {"gate": str(GATE)}}], indirect=True)
+async def test_a_replay_still_running_is_audited_as_running_and_a_second_replay_attaches_to_it(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    schedule = await load_managed(client, schedule_id)
+    first = next((await plan(client, pool, schedule, missed)).missing_times())
+    key = logical_key(schedule_id, first)
+    workflow_id = replay_workflow_id(schedule_id, first)
+    inp = replace(schedule.run_input, fire_time=format_fire_time(first))
+    try:
+        running, attached = await _start_or_attach(client, schedule, inp, workflow_id)
+        assert not attached
+
+        async def audited_running() -> Any:
+            data = await cli_json(cli_env, "audit", schedule_id, "--since", iso(missed.start))
+            return data if data["in_flight"] else None
+
+        audited = await wait_for(audited_running, timeout=30, what="audit to list the replay")
+        # The same key again while its replay runs: the start is refused (same workflow id) and
+        # the second replay waits for the first one's result instead of failing.
+        again, attached = await _start_or_attach(client, schedule, inp, workflow_id)
+        assert attached
+        assert again.id == running.id
+        second = asyncio.create_task(replay_one(client, schedule, first, lock_wait=10))
+        await wait_for(lambda: _still_running(running), timeout=5, what="the replay to be running")
+    finally:
+        GATE.touch()
+    try:
+        outcome = await running.result()
+        attached_result = await second
+    finally:
+        GATE.unlink()
+
+    assert audited["in_flight_keys"] == [key]
+    assert key not in audited["missing_keys"]
+    assert audited["missing"] == audited["expected"] - 1
+    assert outcome.outcome == "ran"
+    assert attached_result.outcome == ALREADY_DONE
+    assert attached_result.detail == "replayed by a concurrent run"
+    assert await effects(pool, key) == 1
+
+
+async def _still_running(handle: WorkflowHandle[Any, Any]) -> bool:
+    return (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_a_manual_trigger_off_the_spec_is_audited_as_committed_off_spec(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    # Hourly: within the few seconds of this test the spec produces (almost surely) no fire, so
+    # the one commit is the trigger's, at a time the spec does not produce.
+    await apply_definitions(
+        client, pool, [definition(schedule_id, every="1h")], task_queue=task_queue
+    )
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        created_at = (await handle.describe()).info.created_at
+        # Audit's window starts the second after the creation: trigger later than that.
+        await wait_for(
+            lambda: clock_past(created_at + timedelta(seconds=2)), timeout=5, what="a second"
+        )
+        await handle.trigger()
+        await wait_for(lambda: committed(pool, schedule_id), timeout=30, what="the trigger")
+        schedule = await load_managed(client, schedule_id)
+        end = datetime.now(UTC).replace(microsecond=0)
+        result = await audit(client, pool, schedule, Window(created_at, end))
+    finally:
+        await handle.delete()
+    assert result.committed_off_spec == 1
+    assert result.committed == 0
+
+
+@pytest.mark.parametrize("missed", [{"window_seconds": 102}], indirect=True)
+async def test_more_than_a_hundred_keys_without_yes_and_without_a_terminal_start_nothing(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    schedule = await load_managed(client, schedule_id)
+    planned = await plan(client, pool, schedule, missed)
+    assert len(planned.missing) > CONFIRM_ABOVE
+    proc = await asyncio.create_subprocess_exec(
+        *cronwarden_argv(
+            "backfill", "run", schedule_id, "--start", iso(missed.start), "--end", iso(missed.end)
+        ),
+        env=cli_env,
+        cwd=REPO_ROOT,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 2, stderr
+    assert "pass --yes" in stderr.decode()
+    for fire_time in (
+        next(planned.missing_times()),
+        datetime.fromtimestamp(planned.missing[-1], UTC),
+    ):
+        with pytest.raises(RPCError) as exc_info:
+            await client.get_workflow_handle(replay_workflow_id(schedule_id, fire_time)).describe()
+        assert exc_info.value.status == RPCStatusCode.NOT_FOUND
+    assert await committed(pool, schedule_id) == {}
+
+
+async def test_a_fire_committing_while_the_audit_reads_is_not_counted_off_spec(
+    client: Client,
+    pool: asyncpg.Pool,
+    schedule_id: str,
+    missed: Window,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schedule = await load_managed(client, schedule_id)
+    first = next((await plan(client, pool, schedule, missed)).missing_times())
+    list_running = audit_module.running_fire_times
+
+    async def commit_meanwhile(client: Client, schedule: ManagedSchedule) -> set[datetime]:
+        # A fire of the spec commits after the plan's pages were read and before the window's
+        # outbox records are counted: the race a live schedule runs into on every audit.
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "INSERT INTO cronwarden.outbox (logical_key, schedule_id, fire_time, attempt, "
+                "fencing_token, worker, args_digest) VALUES ($1, $2, $3, 1, 1, 'test', 'x')",
+                logical_key(schedule_id, first),
+                schedule_id,
+                first,
+            )
+        return await list_running(client, schedule)
+
+    monkeypatch.setattr(audit_module, "running_fire_times", commit_meanwhile)
+    result = await audit(client, pool, schedule, missed)
+    assert result.committed_off_spec == 0
+    assert first in result.missing
+    assert len(await committed(pool, schedule_id)) == 1
+
+
+OTHER_GATE = Path(tempfile.gettempdir()) / f"cronwarden-test-gate-{uuid.uuid4().hex}"
+
+
+async def test_a_run_of_a_schedule_whose_id_extends_this_one_is_not_audited_as_its_replay(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+    missed: Window,
+) -> None:
+    # Schedule `X-replay` names its scheduled runs `X-replay-<time>`: exactly the id a replay
+    # of schedule X at that time would have. One of its runs is kept running.
+    other = f"{schedule_id}-replay"
+    defn = definition(other, every="1s", job="gated", args={"gate": str(OTHER_GATE)})
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    running = (
+        f"WorkflowType = 'ScheduledRunWorkflow' AND ExecutionStatus = 'Running' "
+        f"AND TemporalScheduledById = '{other}'"
+    )
+
+    async def other_running() -> list[str]:
+        return [e.id async for e in client.list_workflows(running)]
+
+    try:
+        ids = await wait_for(other_running, timeout=30, what="a run of the other schedule")
+        assert all(i.startswith(f"{schedule_id}-replay-") for i in ids)
+        audited = await cli_json(cli_env, "audit", schedule_id, "--since", iso(missed.start))
+    finally:
+        await client.get_schedule_handle(other).delete()
+        OTHER_GATE.touch()
+    try:
+        await wait_for(lambda: _none(other_running), timeout=30, what="the other runs to end")
+    finally:
+        OTHER_GATE.unlink()
+    assert audited["in_flight"] == 0
+    assert audited["missing"] == audited["expected"] >= 6
+
+
+async def _none(listing: Callable[[], Awaitable[list[str]]]) -> bool:
+    return not await listing()
 
 
 async def test_a_replay_racing_the_live_run_of_its_key_applies_once(
@@ -373,6 +633,8 @@ async def test_a_run_whose_replays_fail_reports_each_and_exits_1(
         ("now", "now", "the window is empty"),
         ("yesterday", "now", "--start 'yesterday' is not a time"),
         ("2026-01-01T00:00:00", "now", "has no time zone"),
+        ("-1000000d", "now", "--start '-1000000d' is out of range"),
+        ("0001-01-01T00:00:00+01:00", "now", "is out of range"),
     ],
 )
 async def test_a_bad_window_exits_2_naming_the_problem(
@@ -385,6 +647,13 @@ async def test_a_bad_window_exits_2_naming_the_problem(
         assert result.code == 2, result
         assert result.stderr.startswith("error: ")
         assert message in result.stderr
+
+
+async def test_a_since_too_long_ago_exits_2_without_a_traceback(cli_env: dict[str, str]) -> None:
+    result = await cli(cli_env, "audit", "any-schedule", "--since", "100000000d")
+    assert result.code == 2, result
+    assert result.stderr.startswith("error: --since '100000000d' is out of range")
+    assert "Traceback" not in result.stderr
 
 
 async def test_an_unknown_or_foreign_schedule_is_refused(

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from cronwarden.errors import InvalidInput
-from schedules.audit import fire_time_of
+from schedules.audit import replay_fire_time, scheduled_fire_time
 from schedules.backfill_cli import _confirm
 from schedules.window import Window, make_window, parse_instant, parse_since
 
@@ -47,6 +48,26 @@ def test_an_unreadable_instant_names_the_option_and_the_value(text: str) -> None
     assert str(exc_info.value).startswith(f"--end '{text}'")
 
 
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("-1000000d", "--start"),
+        ("0001-01-01T00:00:00+01:00", "--start"),
+        ("9999-12-31T23:00:00-05:00", "--end"),
+    ],
+)
+def test_an_instant_outside_the_datetime_range_is_invalid_input(text: str, what: str) -> None:
+    with pytest.raises(InvalidInput) as exc_info:
+        parse_instant(text, now=NOW, what=what)
+    assert str(exc_info.value).startswith(f"{what} '{text}' is out of range")
+
+
+@pytest.mark.parametrize("text", ["100000000d", "-1000000d"])
+def test_a_since_too_long_ago_is_invalid_input(text: str) -> None:
+    with pytest.raises(InvalidInput, match=f"--since '{text}' is out of range"):
+        parse_since(text, now=NOW)
+
+
 def test_since_reads_a_bare_duration_as_that_long_ago() -> None:
     assert parse_since("7d", now=NOW) == NOW - timedelta(days=7)
     assert parse_since("-2h", now=NOW) == NOW - timedelta(hours=2)
@@ -83,23 +104,45 @@ def test_clamping_to_creation_keeps_only_fires_strictly_after_it() -> None:
     assert window.clamped_to(window.end + timedelta(hours=1)).empty
 
 
+FOUR = datetime(2026, 11, 30, 4, tzinfo=UTC)
+
+
 @pytest.mark.parametrize(
-    ("workflow_id", "expected"),
+    ("workflow_id", "scheduled", "replay"),
     [
-        ("nightly-2026-11-30T04:00:00Z", datetime(2026, 11, 30, 4, tzinfo=UTC)),
-        ("nightly-replay-2026-11-30T04:00:00Z", datetime(2026, 11, 30, 4, tzinfo=UTC)),
-        ("nightly-eu-2026-11-30T04:00:00Z", None),
-        ("nightly-replay-2026-11-30T04:00:00Z-abc", None),
-        ("other-2026-11-30T04:00:00Z", None),
+        ("nightly-2026-11-30T04:00:00Z", FOUR, None),
+        ("nightly-replay-2026-11-30T04:00:00Z", None, FOUR),
+        # A run of schedule `nightly-eu`, and ids with something after the time.
+        ("nightly-eu-2026-11-30T04:00:00Z", None, None),
+        ("nightly-replay-2026-11-30T04:00:00Z-abc", None, None),
+        ("nightly-2026-11-30T04:00:00Z-abc", None, None),
+        ("nightly-replay-eu-2026-11-30T04:00:00Z", None, None),
+        ("other-2026-11-30T04:00:00Z", None, None),
+        ("other-replay-2026-11-30T04:00:00Z", None, None),
+        ("nightly-2026-11-30T04:00:00.5Z", None, None),
     ],
 )
-def test_a_run_workflow_id_names_its_fire_time_only_for_its_own_schedule(
-    workflow_id: str, expected: datetime | None
+def test_a_run_workflow_id_names_its_fire_time_only_in_its_exact_form(
+    workflow_id: str, scheduled: datetime | None, replay: datetime | None
 ) -> None:
-    assert fire_time_of("nightly", workflow_id) == expected
+    assert scheduled_fire_time("nightly", workflow_id) == scheduled
+    assert replay_fire_time("nightly", workflow_id) == replay
 
 
-def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer() -> None:
+def test_a_schedule_whose_id_extends_another_is_not_taken_for_its_replays() -> None:
+    # Schedule `nightly-replay`'s own runs: a scheduled run of it, never a scheduled run of
+    # `nightly` (the id alone cannot tell it from a replay of `nightly`: audit asks Temporal
+    # which schedule started it).
+    assert scheduled_fire_time("nightly-replay", "nightly-replay-2026-11-30T04:00:00Z") == FOUR
+    assert scheduled_fire_time("nightly", "nightly-replay-2026-11-30T04:00:00Z") is None
+    assert replay_fire_time("nightly-replay", "nightly-replay-2026-11-30T04:00:00Z") is None
+
+
+def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Nobody at a terminal, whatever stdin the test runs with (`pytest -s` in a terminal).
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: False)
     _confirm(100, yes=False)
     _confirm(5000, yes=True)
     with pytest.raises(InvalidInput, match="pass --yes"):
