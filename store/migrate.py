@@ -33,7 +33,7 @@ BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'cronwarden_runtime') THEN
         REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON cronwarden.schema_migrations
             FROM cronwarden_runtime;
-        REVOKE DELETE ON cronwarden.outbox FROM cronwarden_runtime;
+        REVOKE UPDATE, DELETE, TRUNCATE ON cronwarden.outbox FROM cronwarden_runtime;
     END IF;
 END
 $$;

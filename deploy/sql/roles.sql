@@ -10,8 +10,9 @@
 --   cronwarden_runtime   SELECT/INSERT/UPDATE/DELETE on cronwarden's tables and use of its
 --                        sequences: no CREATE, ALTER or DROP. Two exceptions: the migration
 --                        ledger `schema_migrations` is read-only (so `migrate --check` cannot be
---                        made to lie), and `outbox` has no DELETE (a deleted record would let its
---                        fire apply again; nothing in cronwarden deletes one). The deploy
+--                        made to lie), and `outbox` is append-only: INSERT and SELECT, no UPDATE
+--                        or DELETE (a deleted or rewritten record would let its fire apply
+--                        again, or misreport it; nothing in cronwarden changes one). The deploy
 --                        files give it to the workers, the monitor and `schedules apply`; run
 --                        the other CLI commands with it too (`schedules delete` removes
 --                        heartbeat rows, hence DELETE there).
@@ -85,7 +86,7 @@ REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON cronwarden.schema_migrations FROM cro
 DO $$
 BEGIN
     IF to_regclass('cronwarden.outbox') IS NOT NULL THEN
-        REVOKE DELETE ON cronwarden.outbox FROM cronwarden_runtime;
+        REVOKE UPDATE, DELETE, TRUNCATE ON cronwarden.outbox FROM cronwarden_runtime;
     END IF;
 END
 $$;

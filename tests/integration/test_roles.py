@@ -78,7 +78,7 @@ DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 # What the runtime role may do where it differs from full DML; every other table gets DML.
 EXCEPTIONS = {
     "schema_migrations": {"SELECT"},
-    "outbox": {"SELECT", "INSERT", "UPDATE"},
+    "outbox": {"SELECT", "INSERT"},
 }
 
 
@@ -115,6 +115,8 @@ async def test_the_runtime_role_has_dml_on_every_cronwarden_table_but_the_ledger
         await runtime_conn.execute("DELETE FROM cronwarden.schema_migrations")
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         await runtime_conn.execute("DELETE FROM cronwarden.outbox")
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await runtime_conn.execute("UPDATE cronwarden.outbox SET result = NULL")
     async with runtime_conn.transaction():
         token = await runtime_conn.fetchval("SELECT nextval('cronwarden.lock_tokens')")
         await runtime_conn.execute(
