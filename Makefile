@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: dev test lint typecheck unit clean-state
+.PHONY: dev test lint typecheck unit faults bench clean-state
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cronwarden needs Python >= 3.11")'
@@ -25,6 +25,14 @@ test: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+# The fault suite alone (it is part of `make test` too).
+faults: $(STAMP)
+	$(BIN)/pytest tests/faults $(PYTEST_ARGS)
+
+# Boots its own embedded stack and prints one table; `make bench ARGS=--quick` is the smoke run.
+bench: $(STAMP)
+	$(BIN)/python -m bench $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

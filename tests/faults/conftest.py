@@ -1,0 +1,71 @@
+"""The fault suite's own servers, and the table it prints at the end.
+
+Faults here stop and restart Postgres and Temporal, so the suite runs against its own pair
+(Temporal persisted to a SQLite file, so a restart keeps schedules and histories) instead of
+the integration tests' session servers. Everything else is the integration fixtures, re-bound
+to these servers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
+from tests.faults.tally import FaultRow, render
+from tests.integration.conftest import (  # noqa: F401  (fixtures, re-bound to the servers below)
+    cli_env,
+    client,
+    database,
+    pool,
+    schedule_id,
+    task_queue,
+    template_db,
+    worker,
+)
+
+_ROWS: list[FaultRow] = []
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    root = tmp_path_factory.mktemp("fault-postgres")
+    server = EmbeddedPostgres(
+        data_dir=root / "data", port=free_port(), fast_unsafe=True, log_file=root / "pg.log"
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTemporal]:
+    root = tmp_path_factory.mktemp("fault-temporal")
+    server = EmbeddedTemporal(
+        port=free_port(),
+        ui_port=None,
+        db_file=root / "temporal.db",
+        log_file=root / "temporal.log",
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fault_table() -> list[FaultRow]:
+    """Append one row per injected fault, before asserting anything."""
+    return _ROWS
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _ROWS:
+        return
+    terminalreporter.section("fault suite")
+    for line in render(_ROWS).splitlines():
+        terminalreporter.write_line(line)

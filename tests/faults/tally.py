@@ -1,0 +1,108 @@
+"""What a fault scenario counts, and the one table the suite prints at the end.
+
+Every scenario records one `FaultRow` per fault it injects, BEFORE it asserts, so a failing
+scenario still shows its numbers in the table. The verdict is computed from the counts alone:
+any duplicate effect or any fire that is missing and not listed by `backfill plan` fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+COLUMNS = (
+    "scenario",
+    "fires expected",
+    "outbox rows",
+    "effect rows",
+    "duplicate effects",
+    "missing and unlisted",
+    "pages",
+    "verdict",
+)
+
+
+@dataclass
+class FaultRow:
+    scenario: str
+    fires_expected: int
+    outbox_rows: int
+    effect_rows: int
+    duplicate_effects: int
+    missing_unlisted: int
+    pages: int = 0
+    checks_failed: list[str] = field(default_factory=list)
+    """Scenario-specific expectations that did not hold (e.g. `lease-lost not logged`)."""
+
+    @property
+    def verdict(self) -> str:
+        if self.duplicate_effects or self.missing_unlisted or self.checks_failed:
+            return "FAIL"
+        return "pass"
+
+    def cells(self) -> list[str]:
+        return [
+            self.scenario,
+            str(self.fires_expected),
+            str(self.outbox_rows),
+            str(self.effect_rows),
+            str(self.duplicate_effects),
+            str(self.missing_unlisted),
+            str(self.pages),
+            self.verdict,
+        ]
+
+
+def render(rows: Iterable[FaultRow]) -> str:
+    """A Markdown table, so the same text goes to the terminal and into the README."""
+    body = [row.cells() for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(COLUMNS)]
+    right = {1, 2, 3, 4, 5, 6}
+
+    def line(cells: list[str] | tuple[str, ...]) -> str:
+        padded = [
+            c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = (
+        "|"
+        + "|".join(
+            "-" * (w + 1) + ":" if i in right else "-" * (w + 2) for i, w in enumerate(widths)
+        )
+        + "|"
+    )
+    return "\n".join([line(COLUMNS), rule, *(line(r) for r in body)])
+
+
+_EFFECTS = """
+SELECT count(*) AS rows,
+       count(*) - count(DISTINCT logical_key) AS duplicates
+  FROM public.test_effects
+ WHERE logical_key LIKE $1 || '@%'
+"""
+_OUTBOX = "SELECT logical_key FROM cronwarden.outbox WHERE schedule_id = $1"
+
+
+@dataclass(frozen=True)
+class Effects:
+    rows: int
+    duplicates: int
+    """Rows beyond the first per logical key: each one is an effect applied twice."""
+
+
+async def effects_of(conn: Any, schedule_id: str) -> Effects:
+    """The probe table has no unique constraint, so a second application is a second row."""
+    row = await conn.fetchrow(_EFFECTS, schedule_id)
+    return Effects(rows=int(row["rows"]), duplicates=int(row["duplicates"]))
+
+
+async def outbox_keys(conn: Any, schedule_id: str) -> set[str]:
+    return {r["logical_key"] for r in await conn.fetch(_OUTBOX, schedule_id)}
+
+
+def missing_and_unlisted(expected: set[str], committed: set[str], listed: set[str]) -> set[str]:
+    """Fires that should have happened, never committed, and that `backfill plan` did not list:
+    the losses nobody would ever hear about."""
+    return expected - committed - listed
