@@ -13,6 +13,7 @@ import importlib
 import os
 import platform
 import sys
+import textwrap
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -95,13 +96,16 @@ async def _machine(stack: BenchStack, load: tuple[float, float, float]) -> list[
 def _results_text(
     *, started: datetime, machine: list[str], ran: list[str], repeat: int, table: str
 ) -> str:
+    intro = (
+        f"`make bench` on {started:%Y-%m-%d %H:%M} UTC, on the embedded stack (a local Temporal "
+        "dev server and Postgres). One machine, one run: read the ratios, not the absolute "
+        f"times. Each figure is the median of {repeat} runs unless its row says otherwise."
+    )
     return "\n".join(
         [
             "# Benchmark results",
             "",
-            f"`make bench` on {started:%Y-%m-%d %H:%M} UTC, on the embedded stack (a local",
-            "Temporal dev server and Postgres). One machine, one run: read the ratios, not the",
-            f"absolute times. Each figure is the median of {repeat} runs.",
+            textwrap.fill(intro, width=96),
             "",
             *machine,
             f"- measurements: {', '.join(ran)}",
