@@ -40,6 +40,7 @@ from temporalio.client import Client
 
 from bench.stack import BenchStack, boot
 from bench.table import Row, beside
+from cronwarden.logs import configure
 from schedules.apply import apply_definitions
 from schedules.backfill import matching_times, plan_window
 from schedules.model import ScheduleDefinition
@@ -349,7 +350,9 @@ def main() -> None:
         description="Backfill planning: windows, outbox sizes and subtraction strategies.",
     )
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per cell (best kept)")
-    asyncio.run(compare(parser.parse_args().repeat))
+    args = parser.parse_args()
+    configure(level="WARNING")
+    asyncio.run(compare(args.repeat))
 
 
 if __name__ == "__main__":
