@@ -10,7 +10,6 @@ do not load the server for the measurements that follow.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from statistics import median
@@ -22,6 +21,8 @@ from bench.rpc_calls import RpcCalls, counting_rpcs
 from bench.stack import BenchStack
 from bench.table import Row
 from schedules.apply import UNCHANGED, apply_definitions
+from schedules.bounded import map_bounded
+from schedules.inventory import DESCRIBE_CONCURRENCY
 from schedules.model import ScheduleDefinition
 from store.pool import create_pool
 
@@ -30,7 +31,6 @@ QUICK_SCHEDULES = 20
 TASK_QUEUE = "bench-apply-nobody-polls"
 # "A fraction of the first": the no-op apply must cost at most this share of the creating one.
 FRACTION_GOAL = 0.25
-_DELETE_CONCURRENCY = 16
 
 
 def definitions(prefix: str, count: int) -> list[ScheduleDefinition]:
@@ -45,17 +45,14 @@ def definitions(prefix: str, count: int) -> list[ScheduleDefinition]:
 
 
 async def _delete_all(client: Client, ids: list[str]) -> None:
-    limit = asyncio.Semaphore(_DELETE_CONCURRENCY)
-
     async def delete(schedule_id: str) -> None:
-        async with limit:
-            try:
-                await client.get_schedule_handle(schedule_id).delete()
-            except RPCError as exc:
-                if exc.status != RPCStatusCode.NOT_FOUND:
-                    raise
+        try:
+            await client.get_schedule_handle(schedule_id).delete()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
 
-    await asyncio.gather(*(delete(i) for i in ids))
+    await map_bounded(delete, ids, limit=DESCRIBE_CONCURRENCY)
 
 
 async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
