@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -219,14 +219,23 @@ async def apply_definitions(
     pruned = [Change(v.schedule_id, DELETED) for v in others] if prune else []
     if dry_run:
         return [change for _, change, _ in planned] + pruned
+    # An unchanged schedule needs no write and no second look: what we described is current.
+    unchanged = [
+        (d, c, desc) for d, c, desc in planned if c.action == UNCHANGED and desc is not None
+    ]
+    for _, change, desc in unchanged:
+        next_times = desc.info.next_action_times
+        change.next_fire = next_times[0] if next_times else None
+    if pool is not None and unchanged:
+        # Its heartbeat row is only created if missing (a schedule applied before its database
+        # was set up): the last success and the deadline a row holds stay.
+        async with pool.acquire() as conn:
+            await heartbeats.expect_all_if_missing(
+                conn, [(d.id, c.next_fire, d.heartbeat_grace) for d, c, _ in unchanged]
+            )
     changes: list[Change] = []
-    unchanged: list[tuple[str, datetime | None, timedelta]] = []
-    for defn, change, planned_desc in planned:
-        if change.action == UNCHANGED and planned_desc is not None:
-            # Nothing to write, and what we described is current.
-            next_times = planned_desc.info.next_action_times
-            change.next_fire = next_times[0] if next_times else None
-            unchanged.append((defn.id, change.next_fire, defn.heartbeat_grace))
+    for defn, change, _ in planned:
+        if change.action == UNCHANGED:
             _log_change(change)
             changes.append(change)
             continue
@@ -254,11 +263,6 @@ async def apply_definitions(
                 )
         _log_change(change)
         changes.append(change)
-    if pool is not None and unchanged:
-        # An unchanged schedule's row is only created if missing (a schedule applied before
-        # its database was set up): the last success and the deadline it holds stay.
-        async with pool.acquire() as conn:
-            await heartbeats.expect_all_if_missing(conn, unchanged)
     for change in pruned:
         await _prune(client, pool, change.schedule_id)
         changes.append(change)
