@@ -1,1 +1,1 @@
-"""Benchmarks: `make bench` boots the embedded stack and prints one table (see bench/README)."""
+"""Benchmarks: `make bench` boots the embedded stack and prints one table (README, Benchmarks)."""

@@ -42,3 +42,25 @@ def render(rows: Iterable[Row]) -> str:
 
     rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([line(COLUMNS), rule, *(line(r) for r in body)])
+
+
+def beside(
+    metric: str,
+    ours: float,
+    baseline: float,
+    *,
+    unit: str,
+    baseline_note: str,
+    below: float,
+    judged: bool,
+    digits: int = 2,
+) -> Row:
+    """A figure beside its baseline and their ratio, judged `ours < below` unless in --quick."""
+    return Row(
+        metric=metric,
+        ours=f"{ours:.{digits}f} {unit}",
+        baseline=f"{baseline:.{digits}f} {unit} ({baseline_note})",
+        ratio=f"{ours / baseline:.2f}x",
+        goal=f"< {below:g} {unit}",
+        met=ours < below if judged else None,
+    )

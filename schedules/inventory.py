@@ -6,7 +6,7 @@ creation). Everything else is listed as unmanaged and never changed.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,12 +24,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contract import ORPHAN_NOTE_PREFIX
 from cronwarden.errors import CronwardenError
+from schedules.bounded import map_bounded
 from schedules.durations import format_duration
 from schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO
 
 # How many ids an "unknown schedule" error lists before it says "…".
 _KNOWN_SHOWN = 10
-_DESCRIBE_CONCURRENCY = 16
+# Describes in flight at once when many schedules are read (list, status, apply's plan).
+DESCRIBE_CONCURRENCY = 16
 _TIMEDELTA = TypeAdapter(timedelta)
 
 
@@ -155,6 +157,17 @@ async def describe_or_none(client: Client, schedule_id: str) -> ScheduleDescript
         raise
 
 
+async def describe_many(
+    client: Client, schedule_ids: Sequence[str]
+) -> list[ScheduleDescription | None]:
+    """`describe_or_none` of each id, in order, DESCRIBE_CONCURRENCY at a time."""
+    return await map_bounded(
+        lambda schedule_id: describe_or_none(client, schedule_id),
+        schedule_ids,
+        limit=DESCRIBE_CONCURRENCY,
+    )
+
+
 async def schedule_ids(client: Client) -> list[str]:
     """Every schedule id of the namespace. Temporal's list is eventually consistent: a schedule
     created or deleted a moment ago may be missing or still listed."""
@@ -203,15 +216,7 @@ async def view(client: Client, desc: ScheduleDescription) -> ScheduleView:
 
 async def all_views(client: Client) -> list[ScheduleView]:
     """Every schedule of the namespace, described, in id order."""
-    ids = await schedule_ids(client)
-    # Bounded: a namespace with thousands of schedules must not open thousands of RPCs at once.
-    limit = asyncio.Semaphore(_DESCRIBE_CONCURRENCY)
-
-    async def describe(schedule_id: str) -> ScheduleDescription | None:
-        async with limit:
-            return await describe_or_none(client, schedule_id)
-
-    described = await asyncio.gather(*(describe(i) for i in ids))
+    described = await describe_many(client, await schedule_ids(client))
     # A schedule deleted between the list and its describe is simply gone.
     return [await view(client, d) for d in described if d is not None]
 

@@ -36,8 +36,8 @@ async def committed_keys(conn: Any, keys: list[str]) -> set[str]:
 # (schedule_id, fire_time) index over the page's span, and only the MISSING times come back. In
 # the usual case (almost every key done) almost nothing crosses the wire and no Python object
 # is built per key. A NOT EXISTS probe per element, or returning the range's rows to subtract
-# in Python, measured the same within noise on a year of minutely fires (benchmarks/
-# backfill_plan.py prints all three): Temporal's matching-times stream is most of the cost.
+# in Python, measured the same within noise on a year of minutely fires (`python -m
+# bench.backfill_plan` prints all three): Temporal's matching-times stream is most of the cost.
 _MISSING_FIRE_TIMES = """
 SELECT s FROM (
     SELECT s FROM unnest($2::bigint[]) AS s

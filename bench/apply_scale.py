@@ -1,0 +1,112 @@
+"""Item 4: `schedules apply` of 1,000 schedules, then the same file again.
+
+The first apply creates every schedule. The second finds nothing to change: it must send no
+write to Temporal (counted at the client's edge, see `bench.rpc_calls`) and take a fraction of
+the first. Both run `apply_definitions`, the code behind `cronwarden schedules apply`, in process
+with a heartbeat pool, against a task queue no worker polls. Each timed run uses new schedule
+ids (a first apply needs schedules that do not exist yet); they are deleted afterwards so they
+do not load the server for the measurements that follow.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from statistics import median
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from bench.rpc_calls import RpcCalls, counting_rpcs
+from bench.stack import BenchStack
+from bench.table import Row
+from schedules.apply import UNCHANGED, apply_definitions
+from schedules.bounded import map_bounded
+from schedules.inventory import DESCRIBE_CONCURRENCY
+from schedules.model import ScheduleDefinition
+from store.pool import create_pool
+
+SCHEDULES = 1_000
+QUICK_SCHEDULES = 20
+TASK_QUEUE = "bench-apply-nobody-polls"
+# "A fraction of the first": the no-op apply must cost at most this share of the creating one.
+FRACTION_GOAL = 0.25
+
+
+def definitions(prefix: str, count: int) -> list[ScheduleDefinition]:
+    """`count` schedules that differ in their args (else the duplicate guard refuses them),
+    firing once a year so none fires while the benchmark runs."""
+    return [
+        ScheduleDefinition.model_validate(
+            {"id": f"{prefix}-{i:04d}", "job": "probe", "cron": "0 3 1 1 *", "args": {"n": i}}
+        )
+        for i in range(count)
+    ]
+
+
+async def _delete_all(client: Client, ids: list[str]) -> None:
+    async def delete(schedule_id: str) -> None:
+        try:
+            await client.get_schedule_handle(schedule_id).delete()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+
+    await map_bounded(delete, ids, limit=DESCRIBE_CONCURRENCY)
+
+
+async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
+    count = QUICK_SCHEDULES if quick else SCHEDULES
+    pool = await create_pool(stack.dsn_for("apply"), max_size=4)
+    # A client of its own: the counter must see this code's calls and nobody else's.
+    client = await Client.connect(stack.temporal.address)
+    defs = definitions(f"apply-{uuid.uuid4().hex[:6]}", count)
+    again: list[float] = []
+    again_calls = RpcCalls()
+    try:
+        # The creating apply runs once: a second one would need another thousand new ids and
+        # minutes, and it is the baseline here, not the figure judged.
+        with counting_rpcs(client) as first_calls:
+            started = time.perf_counter()
+            await apply_definitions(client, pool, defs, task_queue=TASK_QUEUE)
+            first = time.perf_counter() - started
+        for _ in range(stack.repeat):
+            with counting_rpcs(client) as calls:
+                started = time.perf_counter()
+                changes = await apply_definitions(client, pool, defs, task_queue=TASK_QUEUE)
+                again.append(time.perf_counter() - started)
+            again_calls.update(calls)
+            if any(c.action != UNCHANGED for c in changes):
+                raise RuntimeError("a second apply of the same file changed something")
+    finally:
+        await pool.close()
+        await _delete_all(client, [d.id for d in defs])
+
+    second = median(again)
+    ratio = second / first
+    writes, reads = again_calls.write_count, again_calls.read_count // len(again)
+    return [
+        Row(
+            metric=f"apply {count:,} schedules: first apply (creates; 1 run)",
+            ours=(
+                f"{first:.2f} s ({first_calls.write_count:,} writes, "
+                f"{first_calls.read_count:,} reads)"
+            ),
+        ),
+        Row(
+            metric=f"apply {count:,} schedules again, no change: time",
+            ours=f"{second:.2f} s",
+            baseline=f"{first:.2f} s (first)",
+            ratio=f"{ratio:.2f}x",
+            goal=f"< {FRACTION_GOAL:g}x of first",
+            met=None if quick else ratio < FRACTION_GOAL,
+        ),
+        Row(
+            metric=f"apply {count:,} schedules again, no change: Temporal writes",
+            ours=f"{writes} in {len(again)} applies ({reads:,} reads each)",
+            baseline=f"{first_calls.write_count:,} (first)",
+            goal="0",
+            # Not a speed: a write here is a bug, in --quick mode too.
+            met=writes == 0,
+        ),
+    ]

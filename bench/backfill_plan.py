@@ -1,0 +1,359 @@
+"""Item 2: `backfill plan` of a year of minutely fires (525,600 keys) against an outbox that
+holds 500,000 of them, evenly spread: its time and the peak memory of the command.
+
+One paused minutely schedule (on a task queue no worker polls); the outbox seeded with one
+`INSERT ... SELECT generate_series`. Three figures, each the median of the stack's runs:
+
+- the plan in process (`plan_window`, what the command runs), beside Temporal's matching-times
+  stream alone, which is the floor: the plan cannot be faster than Temporal lists the times;
+- the real command as a subprocess (`cronwarden backfill plan --json`, through
+  `bench.cli_unclamped`, which only moves the schedule's creation a year back so the window is
+  not clamped away): wall time from exec to exit, interpreter start and imports included;
+- that subprocess's peak RSS (the kernel's ru_maxrss from wait4), beside the same command over
+  one hour of the same schedule: the process's own size, which the plan adds to.
+
+`python -m bench.backfill_plan [--repeat 3]` prints the older, wider table: windows of one day,
+30 days and a year, against an empty and the seeded outbox, with tracemalloc's peak and three
+ways of subtracting a page from the outbox side by side (a NOT EXISTS probe per element,
+EXCEPT against one range scan, which is the plan's statement, and a range scan subtracted in
+Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import asyncpg
+from temporalio.client import Client
+
+from bench.stack import BenchStack, boot
+from bench.table import Row, beside
+from cronwarden.logs import configure
+from schedules.apply import apply_definitions
+from schedules.backfill import matching_times, plan_window
+from schedules.model import ScheduleDefinition
+from schedules.window import Window
+from store.pool import create_pool
+
+SCHEDULE_ID = "bench-minutely"
+TASK_QUEUE = "bench-backfill-nobody-polls"
+KEYS = 525_600  # a year of minutely fires
+DONE = 500_000
+QUICK_KEYS = 1_440  # a day
+GOAL_SECONDS = 3.0
+GOAL_MIB = 300.0
+CLI_TIMEOUT = 120.0
+
+# Key i of the window is left out when i * missing / keys steps to the next integer: exactly
+# `missing` gaps, spread evenly.
+_SEED = """
+INSERT INTO cronwarden.outbox
+       (logical_key, schedule_id, fire_time, attempt, fencing_token, worker, args_digest)
+SELECT $1 || '@' || to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+       $1, t, 1, 0, 'benchmark', 'seed'
+  FROM generate_series(0::bigint, $3::bigint - 1) AS i,
+       LATERAL (SELECT $2::timestamptz + make_interval(mins => i::int)) AS f(t)
+ WHERE (i * $4) / $3 = ((i + 1) * $4) / $3
+"""
+
+# The ways to subtract one page of fire times from the outbox, compared side by side by
+# `main`. Each returns how many of the page's fire times have no record.
+_NOT_EXISTS = """
+SELECT count(*) FROM unnest($2::bigint[]) AS s
+ WHERE NOT EXISTS (SELECT 1 FROM cronwarden.outbox o
+                    WHERE o.schedule_id = $1 AND o.fire_time = to_timestamp(s))
+"""
+_EXCEPT = """
+SELECT count(*) FROM (
+    SELECT s FROM unnest($2::bigint[]) AS s
+    EXCEPT
+    SELECT extract(epoch FROM fire_time)::bigint FROM cronwarden.outbox
+     WHERE schedule_id = $1 AND fire_time BETWEEN to_timestamp($3) AND to_timestamp($4)
+) AS missing
+"""
+_RANGE = """
+SELECT extract(epoch FROM fire_time)::bigint FROM cronwarden.outbox
+ WHERE schedule_id = $1 AND fire_time BETWEEN to_timestamp($2) AND to_timestamp($3)
+"""
+
+
+# --- setup, shared by `measure` and `main` --------------------------------------------------------
+
+
+def year_end() -> datetime:
+    """The last whole minute that has passed: `backfill plan` refuses an end in the future."""
+    return datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+
+
+def window_of(keys: int, end: datetime) -> Window:
+    return Window(end - timedelta(minutes=keys - 1), end)
+
+
+async def create_schedule(client: Client) -> None:
+    defn = ScheduleDefinition.model_validate(
+        {"id": SCHEDULE_ID, "job": "probe", "cron": "* * * * *"}
+    )
+    await apply_definitions(client, None, [defn], task_queue=TASK_QUEUE)
+    await client.get_schedule_handle(SCHEDULE_ID).pause(note="benchmark")
+
+
+async def seed(pool: asyncpg.Pool, window: Window, *, keys: int, missing: int) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(_SEED, SCHEDULE_ID, window.start, keys, missing)
+        await conn.execute("ANALYZE cronwarden.outbox")
+
+
+# --- item 2 ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliRun:
+    seconds: float
+    max_rss_mib: float
+    output: dict[str, Any]
+
+
+def _run_cli(argv: list[str], env: dict[str, str], out: Path) -> CliRun:
+    with out.open("wb") as stdout:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=subprocess.PIPE)
+        # wait4, not wait: the rusage of this child alone (RUSAGE_CHILDREN would mix in every
+        # child this process ever waited for).
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[1:])} exited {proc.returncode}: {stderr}")
+    # ru_maxrss is in KiB on Linux.
+    return CliRun(seconds, usage.ru_maxrss / 1024, json.loads(out.read_text()))
+
+
+async def _cli_plan(stack: BenchStack, dsn: str, window: Window) -> CliRun:
+    env = stack.cli_env(dsn, task_queue=TASK_QUEUE)
+    env["BENCH_SCHEDULE_CREATED_AT"] = (window.start - timedelta(days=1)).isoformat()
+    argv = [
+        *stack.python_argv("-m", "bench.cli_unclamped"),
+        "--log-level",
+        "WARNING",
+        "backfill",
+        "plan",
+        SCHEDULE_ID,
+        "--start",
+        f"{window.start:%Y-%m-%dT%H:%M:%SZ}",
+        "--end",
+        f"{window.end:%Y-%m-%dT%H:%M:%SZ}",
+        "--json",
+    ]
+    out = stack.work_dir / "plan.json"
+    return await asyncio.wait_for(asyncio.to_thread(_run_cli, argv, env, out), CLI_TIMEOUT)
+
+
+async def _median_seconds(repeat: int, make: Callable[[], Awaitable[Any]]) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        await make()
+        times.append(time.perf_counter() - started)
+    return median(times)
+
+
+async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
+    keys = QUICK_KEYS if quick else KEYS
+    missing = keys - round(keys * DONE / KEYS)
+    dsn = stack.dsn_for("backfill")
+    pool = await create_pool(dsn, max_size=2)
+    client = stack.client
+    try:
+        await create_schedule(client)
+        window = window_of(keys, year_end())
+        await seed(pool, window, keys=keys, missing=missing)
+
+        planned = await plan_window(client, pool, SCHEDULE_ID, window)
+        if (planned.expected, len(planned.missing)) != (keys, missing):
+            raise RuntimeError(
+                f"planned {planned.expected} keys, {len(planned.missing)} missing: "
+                f"expected {keys} and {missing}"
+            )
+        plan_s = await _median_seconds(
+            stack.repeat, lambda: plan_window(client, pool, SCHEDULE_ID, window)
+        )
+        matching_s = await _median_seconds(stack.repeat, lambda: _count_matching(client, window))
+        hour = window_of(60, window.end)
+        runs = [await _cli_plan(stack, dsn, window) for _ in range(stack.repeat)]
+        small = [await _cli_plan(stack, dsn, hour) for _ in range(stack.repeat)]
+    finally:
+        await pool.close()
+        await client.get_schedule_handle(SCHEDULE_ID).delete()
+
+    if any(len(r.output["missing_keys"]) != missing for r in runs):
+        raise RuntimeError("the command's plan disagrees with the in-process plan")
+    cli_s, cli_mib = median(r.seconds for r in runs), median(r.max_rss_mib for r in runs)
+    hour_s, hour_mib = median(r.seconds for r in small), median(r.max_rss_mib for r in small)
+    what = f"{keys:,} keys, {keys - missing:,} done"
+    judged = not quick
+    command = f"`cronwarden backfill plan --json`, {what}"
+    return [
+        beside(
+            f"backfill plan, {what}: in process",
+            plan_s,
+            matching_s,
+            unit="s",
+            baseline_note="Temporal's times alone",
+            below=GOAL_SECONDS,
+            judged=judged,
+        ),
+        beside(
+            f"{command}: wall time",
+            cli_s,
+            hour_s,
+            unit="s",
+            baseline_note="60 keys",
+            below=GOAL_SECONDS,
+            judged=judged,
+        ),
+        beside(
+            f"{command}: peak RSS",
+            cli_mib,
+            hour_mib,
+            unit="MiB",
+            baseline_note="60 keys",
+            below=GOAL_MIB,
+            judged=judged,
+            digits=0,
+        ),
+    ]
+
+
+# --- the strategy comparison (`python -m bench.backfill_plan`) ------------------------------------
+
+
+async def _not_exists(conn: Any, page: list[int]) -> int:
+    n: int = await conn.fetchval(_NOT_EXISTS, SCHEDULE_ID, page)
+    return n
+
+
+async def _except(conn: Any, page: list[int]) -> int:
+    n: int = await conn.fetchval(_EXCEPT, SCHEDULE_ID, page, page[0], page[-1])
+    return n
+
+
+async def _range_then_python(conn: Any, page: list[int]) -> int:
+    done = {r[0] for r in await conn.fetch(_RANGE, SCHEDULE_ID, page[0], page[-1])}
+    return sum(1 for s in page if s not in done)
+
+
+STRATEGIES: dict[str, Callable[[Any, list[int]], Awaitable[int]]] = {
+    "not-exists": _not_exists,
+    "except": _except,  # the plan's own statement, without the page prefetch
+    "range+py": _range_then_python,
+}
+WINDOWS = [("1 day", 1_440), ("30 days", 43_200), ("1 year", KEYS)]
+
+
+async def _with_strategy(
+    client: Client, pool: asyncpg.Pool, window: Window, strategy: Callable[..., Awaitable[int]]
+) -> int:
+    missing = 0
+    async with pool.acquire() as conn:
+        async for page in matching_times(client, SCHEDULE_ID, window):
+            missing += await strategy(conn, page)
+    return missing
+
+
+async def _count_matching(client: Client, window: Window) -> int:
+    return sum([len(page) async for page in matching_times(client, SCHEDULE_ID, window)])
+
+
+def _bind(func: Callable[..., Awaitable[Any]], *args: Any) -> Callable[[], Awaitable[Any]]:
+    return lambda: func(*args)
+
+
+async def _best_of(repeat: int, make: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
+    times, result = [], None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = await make()
+        times.append(time.perf_counter() - started)
+    return min(times), result
+
+
+async def _peak_mib(make: Callable[[], Awaitable[Any]]) -> float:
+    tracemalloc.start()
+    try:
+        await make()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak / 2**20
+
+
+async def _comparison_row(client: Client, pool: asyncpg.Pool, window: Window, repeat: int) -> str:
+    matching_s, _ = await _best_of(repeat, _bind(_count_matching, client, window))
+    plan_s, planned = await _best_of(repeat, _bind(plan_window, client, pool, SCHEDULE_ID, window))
+    peak = await _peak_mib(_bind(plan_window, client, pool, SCHEDULE_ID, window))
+    cells = []
+    for strategy in STRATEGIES.values():
+        took, missing = await _best_of(
+            repeat, _bind(_with_strategy, client, pool, window, strategy)
+        )
+        if missing != len(planned.missing):
+            raise RuntimeError("a strategy disagrees with the plan")
+        cells.append(f"{took:>10.2f}s")
+    return (
+        f"{planned.expected:>9,} {len(planned.missing):>8,} {matching_s:>8.2f}s "
+        f"{plan_s:>7.2f}s {planned.expected / plan_s:>9,.0f} {peak:>9.2f} " + " ".join(cells)
+    )
+
+
+async def compare(repeat: int) -> None:
+    async with boot(repeat=repeat, quick=False) as stack:
+        pool = await create_pool(stack.dsn_for("backfill_compare"), max_size=2)
+        try:
+            await create_schedule(stack.client)
+            end = year_end()
+            print(f"best of {repeat} runs; peak = tracemalloc peak during one plan\n")
+            header = (
+                f"{'outbox rows':>11} {'window':<8} {'expected':>9} {'missing':>8} "
+                f"{'matching':>9} {'plan':>8} {'keys/s':>9} {'peak MiB':>9} "
+                + " ".join(f"{n:>11}" for n in STRATEGIES)
+            )
+            print(header)
+            print("-" * len(header))
+            for seeded in (False, True):
+                if seeded:
+                    await seed(pool, window_of(KEYS, end), keys=KEYS, missing=KEYS - DONE)
+                async with pool.acquire() as conn:
+                    rows = await conn.fetchval("SELECT count(*) FROM cronwarden.outbox")
+                for name, keys in WINDOWS:
+                    cells = await _comparison_row(stack.client, pool, window_of(keys, end), repeat)
+                    print(f"{rows:>11,} {name:<8} {cells}")
+        finally:
+            await pool.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.backfill_plan",
+        description="Backfill planning: windows, outbox sizes and subtraction strategies.",
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per cell (best kept)")
+    args = parser.parse_args()
+    configure(level="WARNING")
+    asyncio.run(compare(args.repeat))
+
+
+if __name__ == "__main__":
+    main()

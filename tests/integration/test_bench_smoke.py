@@ -1,0 +1,74 @@
+"""`python -m bench --quick` (what `make bench ARGS=--quick` runs) boots its own stack, runs
+every measurement at tiny sizes and prints one table with every metric row. Nothing about
+speed is asserted: the point is that the scripts keep working as the code changes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import MODULES
+from tests.integration.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.integration
+
+# The rows of each measurement at --quick sizes, by metric.
+EXPECTED = {
+    "backfill_plan": [
+        "backfill plan, 1,440 keys, 1,370 done: in process",
+        "`cronwarden backfill plan --json`, 1,440 keys, 1,370 done: wall time",
+        "`cronwarden backfill plan --json`, 1,440 keys, 1,370 done: peak RSS",
+    ],
+    "monitor_scan": [
+        "monitor overdue query: 10,000 rows, 1.0% overdue (100)",
+        "monitor overdue query: 1,000 rows, 0.1% overdue (1)",
+        "monitor overdue query: 1,000 rows, 1.0% overdue (10)",
+        "monitor overdue query: 10,000 rows, 0.1% overdue (10)",
+        "overdue query, 10 overdue either way: 10,000 vs 1,000 rows",
+        "overdue query, 10,000 rows: 100 vs 10 overdue",
+    ],
+    "apply_scale": [
+        "apply 20 schedules: first apply (creates; 1 run)",
+        "apply 20 schedules again, no change: time",
+        "apply 20 schedules again, no change: Temporal writes",
+    ],
+}
+
+
+def table_rows(stdout: str) -> dict[str, list[str]]:
+    """Metric -> the row's other cells, from the Markdown table (header and rule skipped)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines[1:]]
+    return {row[0]: row[1:] for row in cells}
+
+
+async def test_the_quick_benchmark_runs_every_measurement_and_prints_one_table() -> None:
+    present = [m for m in MODULES if (REPO_ROOT / "bench" / f"{m}.py").exists()]
+    unlisted = sorted(set(present) - set(EXPECTED))
+    assert not unlisted, f"add the --quick metric rows of {unlisted} to EXPECTED"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONWARDEN_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench",
+        "--quick",
+        cwd=Path(REPO_ROOT),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=240)
+    stdout, stderr = out.decode(), err.decode()
+    assert proc.returncode == 0, stderr
+
+    rows = table_rows(stdout)
+    expected = [metric for m in present for metric in EXPECTED[m]]
+    assert sorted(rows) == sorted(expected), stdout
+    # Only what is not a speed is judged in --quick mode (an index scan, zero writes to
+    # Temporal): a FAIL there is a regression.
+    assert not [m for m, cells in rows.items() if cells[-1] == "FAIL"], stdout
+    assert "Traceback" not in stderr
