@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 import asyncpg
 
 from tests.faults.tally import FaultRow, effects_of, missing_and_unlisted, outbox_keys
+from tests.integration.conftest import wait_for
+
+T = TypeVar("T")
 
 # An effect row whose key has no outbox record was written without passing the commit's
 # fencing check: a stale or unguarded writer got through.
@@ -64,7 +70,7 @@ async def tally(
         checks=checks,
     )
     fault_table.append(row)
-    assert row.verdict == "pass", row.checks_failed
+    assert row.verdict == "pass", row
     return row
 
 
@@ -72,3 +78,12 @@ def check(checks: list[str], holds: bool, failure: str) -> None:
     """Record a scenario-specific expectation that did not hold (the row says FAIL)."""
     if not holds:
         checks.append(failure)
+
+
+async def within(check: Callable[[], Awaitable[T]], *, timeout: float, what: str) -> T | None:
+    """`wait_for`, but None at the deadline: for an expectation the scenario records as a
+    failed check (so its row still reaches the table) instead of raising before counting."""
+    try:
+        return await wait_for(check, timeout=timeout, what=what)
+    except AssertionError:
+        return None

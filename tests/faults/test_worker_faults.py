@@ -95,12 +95,17 @@ async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_o
     stale.signal(signal.SIGCONT)
     # Thawed, the stale holder learns it lost the lease at whichever comes first: its renewal,
     # its commit's fencing check, or the release after Temporal cancels the timed-out attempt.
-    lost = await stale.wait_event("run.lease-lost", timeout=30)
+    lost = await stale.maybe_event("run.lease-lost", timeout=30)
     outcome = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
     checks: list[str] = []
     check(checks, (outcome.outcome, outcome.attempt) == (RAN, 2), f"the taker gave {outcome}")
-    check(checks, lost["fencing_token"] == stale_token, f"lease-lost of another run: {lost}")
+    check(checks, lost is not None, "the stale holder did not log run.lease-lost")
+    check(
+        checks,
+        lost is None or lost["fencing_token"] == stale_token,
+        f"lease-lost of another run: {lost}",
+    )
     check(checks, not stale.events("run.committed"), "the stale holder logged a commit")
     check(checks, await one_key.committed_attempts() == [2], "the outbox is not the taker's")
     check(checks, stale.proc.poll() is None, "the stale worker died instead of carrying on")

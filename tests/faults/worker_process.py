@@ -77,6 +77,14 @@ class WorkerProcess:
         assert event is not None
         return event
 
+    async def maybe_event(self, name: str, *, timeout: float) -> dict[str, Any] | None:
+        """Like `wait_event`, but None at the deadline: for an expectation the scenario
+        counts as a failed check (its row still goes into the table) rather than raising."""
+        try:
+            return await self.wait_event(name, timeout=timeout)
+        except AssertionError:
+            return None
+
     async def exited(self, *, timeout: float) -> int:
         async def gone() -> bool:
             return self.proc.poll() is not None
