@@ -205,7 +205,12 @@ class GuardedRun:
                 raise self._lease_lost(log) from None
             # Worker shutdown past its graceful timeout, or Temporal cancelled the run: free
             # the lease so the retry does not wait out the TTL.
-            await asyncio.shield(self._release(record, log))
+            released = await asyncio.shield(self._release(record, log))
+            if released is False:
+                # A holder frozen or cut off past its lease and its timeout is cancelled by
+                # Temporal the moment it talks to it again, often before its renewal or its
+                # commit could notice: the release is where it learns the lease was taken.
+                log.warning("run.lease-lost", noticed="at release, on cancellation")
             log.warning("run.cancelled", phase=phase)
             raise
         except ApplicationError:
@@ -381,14 +386,16 @@ class GuardedRun:
                 job_task.cancel()
                 return
 
-    async def _release(self, record: CommitRecord, log: Any) -> None:
+    async def _release(self, record: CommitRecord, log: Any) -> bool | None:
+        """True: released; False: the lease was someone else's already; None: unknown."""
         try:
             async with self._pool.acquire() as conn:
-                await locks.release(conn, name=record.lock_name, token=record.token)
+                return await locks.release(conn, name=record.lock_name, token=record.token)
         except _DB_ERRORS as exc:
             # The lease expires by itself after its TTL; a failed release only delays the next run.
             if log is not None:
                 log.warning("run.release-failed", error=str(exc))
+            return None
 
     async def _next_expected(self, schedule_id: str, log: Any) -> tuple[datetime | None, bool]:
         """The schedule's next fire time, as Temporal computes it (we never evaluate specs)."""

@@ -99,6 +99,8 @@ async def renew(conn: Any, *, name: str, token: int, ttl_seconds: float) -> bool
     return await conn.fetchval(_RENEW, name, token, ttl_seconds) is not None
 
 
-async def release(conn: Any, *, name: str, token: int) -> None:
+async def release(conn: Any, *, name: str, token: int) -> bool:
+    """False when `token` is no longer the lease's: someone took it over meanwhile."""
     # Matching on the token makes a late release by a fenced-off holder a no-op.
-    await conn.execute(_RELEASE, name, token)
+    status: str = await conn.execute(_RELEASE, name, token)
+    return status == "UPDATE 1"

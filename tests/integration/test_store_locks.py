@@ -47,7 +47,7 @@ async def test_a_released_lease_is_free_at_once(pool: asyncpg.Pool) -> None:
     token = await acquire(pool, "a")
     assert token is not None
     async with pool.acquire() as conn:
-        await locks.release(conn, name=LOCK, token=token)
+        assert await locks.release(conn, name=LOCK, token=token) is True
     assert await acquire(pool, "b") is not None
 
 
@@ -69,7 +69,8 @@ async def test_renew_and_release_with_a_stale_token_change_nothing(pool: asyncpg
     assert stale is not None and current is not None
     async with pool.acquire() as conn:
         assert await locks.renew(conn, name=LOCK, token=stale, ttl_seconds=60) is False
-        await locks.release(conn, name=LOCK, token=stale)
+        # False tells a holder cancelled after losing its lease that it had lost it.
+        assert await locks.release(conn, name=LOCK, token=stale) is False
         row = await conn.fetchrow(
             "SELECT holder, token FROM cronwarden.locks WHERE name = $1", LOCK
         )

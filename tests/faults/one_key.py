@@ -1,0 +1,77 @@
+"""Scenarios about ONE logical key: runs started directly (as replays are: same workflow, same
+guard), so a scenario decides exactly which executions of the key exist and when."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client, WorkflowHandle
+
+from activities.contract import RunOutcome, logical_key
+from tests.faults.counts import tally
+from tests.faults.tally import FaultRow
+from tests.integration.conftest import fetch
+from tests.integration.test_guard import FIRE, start_run
+
+
+@dataclass
+class OneKey:
+    client: Client
+    pool: asyncpg.Pool
+    task_queue: str
+    schedule_id: str
+    fault_table: list[FaultRow]
+
+    @property
+    def key(self) -> str:
+        return logical_key(self.schedule_id, FIRE)
+
+    async def start(self, **options: Any) -> WorkflowHandle[Any, RunOutcome]:
+        """One execution of the key (`tests.integration.test_guard.start_run` options)."""
+        return await start_run(self.client, self.task_queue, self.schedule_id, **options)
+
+    async def outbox(self) -> list[tuple[int, int]]:
+        """(attempt, fencing token) of the key's outbox record, if any."""
+        rows = await fetch(
+            self.pool,
+            "SELECT attempt, fencing_token FROM cronwarden.outbox WHERE logical_key = $1",
+            self.key,
+        )
+        return [(r["attempt"], r["fencing_token"]) for r in rows]
+
+    async def committed_attempts(self) -> list[int]:
+        return [attempt for attempt, _ in await self.outbox()]
+
+    async def effect_attempts(self) -> list[int]:
+        """The attempt that wrote each effect row of the key."""
+        rows = await fetch(
+            self.pool,
+            "SELECT attempt FROM test_effects WHERE logical_key = $1 ORDER BY attempt",
+            self.key,
+        )
+        return [r["attempt"] for r in rows]
+
+    async def tally(self, scenario: str, checks: list[str]) -> FaultRow:
+        """Count the key into the table (one fire expected), then assert the verdict."""
+        return await tally(
+            self.fault_table,
+            self.pool,
+            scenario=scenario,
+            schedule_id=self.schedule_id,
+            expected={self.key},
+            checks=checks,
+        )
+
+
+@pytest.fixture
+def one_key(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    fault_table: list[FaultRow],
+) -> OneKey:
+    return OneKey(client, pool, task_queue, schedule_id, fault_table)

@@ -1,0 +1,143 @@
+"""Workers killed, frozen and raced (scenarios 1-3), as `cronwarden worker` subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN
+from activities.guard import GuardedRun
+from tests.faults.counts import check
+from tests.faults.exit_after_commit import EXIT_CODE
+from tests.faults.one_key import OneKey
+from tests.faults.one_key import one_key as one_key
+from tests.faults.worker_process import StartWorker
+from tests.faults.worker_process import start_worker as start_worker
+from tests.integration.conftest import wait_for
+from tests.integration.test_guard import lease_holder
+
+pytestmark = pytest.mark.integration
+
+RESULT_TIMEOUT = 90
+
+
+async def test_a_worker_killed_before_commit_is_retried_elsewhere_and_applies_once(
+    one_key: OneKey, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    doomed = start_worker()
+    # The job waits at a gate, so the kill lands mid-job, before any commit, every time.
+    gate = tmp_path / "gate"
+    handle = await one_key.start(job="gated", args={"gate": str(gate)}, lock_ttl=30)
+    await doomed.wait_event("run.started", timeout=60)
+    doomed.signal(signal.SIGKILL)
+    await doomed.exited(timeout=10)
+    gate.touch()
+    # The retry needs Temporal to declare the killed attempt dead (heartbeat timeout), then
+    # takes the lease over at once: same activity, later attempt, no waiting out the TTL.
+    start_worker()
+    outcome = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    checks: list[str] = []
+    check(checks, (outcome.outcome, outcome.attempt) == (RAN, 2), f"retry gave {outcome}")
+    check(checks, await one_key.committed_attempts() == [2], "the outbox is not the retry's")
+    await one_key.tally("1a worker SIGKILL before commit", checks)
+    assert await one_key.effect_attempts() == [2]
+
+
+async def test_a_worker_killed_after_commit_leaves_its_retry_nothing_to_do(
+    one_key: OneKey, start_worker: StartWorker
+) -> None:
+    # The wrap must exist only in the doomed worker, never in this process's own workers.
+    assert GuardedRun._commit.__module__ == "activities.guard"
+    doomed = start_worker(CRONWARDEN_JOBS="tests.jobs,tests.faults.exit_after_commit")
+    handle = await one_key.start(lock_ttl=30)
+    code = await doomed.exited(timeout=60)
+    # Committed, and Temporal never heard of it: the activity is still open there.
+    committed_before_retry = await one_key.committed_attempts()
+    start_worker()
+    outcome = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    checks: list[str] = []
+    check(checks, code == EXIT_CODE, f"the doomed worker exited {code}, not after a commit")
+    check(checks, committed_before_retry == [1], "attempt 1 had not committed before dying")
+    check(
+        checks,
+        (outcome.outcome, outcome.attempt) == (ALREADY_DONE, 2),
+        f"the retry did not find the key done: {outcome}",
+    )
+    await one_key.tally("1b worker exits after COMMIT, before reporting", checks)
+    assert await one_key.effect_attempts() == [1]
+
+
+async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_once_thawed(
+    one_key: OneKey, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    # One run slot: busy with the run, the frozen worker has no activity poll open. A frozen
+    # process with open polls would be handed the retries and sit on them until each timed
+    # out, which only delays the takeover (by minutes, with 3 attempts) and is Temporal's.
+    stale = start_worker(CRONWARDEN_MAX_CONCURRENT_RUNS="1")
+    gate = tmp_path / "gate"
+    # Lease TTL 3 s and start-to-close 6 s: the freeze below outlasts both.
+    handle = await one_key.start(job="gated", args={"gate": str(gate)}, lock_ttl=3, timeout=6)
+    await stale.wait_event("run.started", timeout=60)
+    stale_token = (await lease_holder(one_key.pool, f"schedule:{one_key.schedule_id}"))["token"]
+    stale.signal(signal.SIGSTOP)
+    # Open for whoever runs next; the frozen holder will find it open too once thawed.
+    gate.touch()
+    start_worker()
+
+    async def taken_and_committed() -> bool:
+        return await one_key.committed_attempts() == [2]
+
+    # The retry (attempt 2) takes the lease over and commits while the holder is still frozen.
+    await wait_for(taken_and_committed, timeout=60, what="another worker to commit the key")
+    stale.signal(signal.SIGCONT)
+    # Thawed, the stale holder learns it lost the lease at whichever comes first: its renewal,
+    # its commit's fencing check, or the release after Temporal cancels the timed-out attempt.
+    lost = await stale.maybe_event("run.lease-lost", timeout=30)
+    outcome = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    checks: list[str] = []
+    check(checks, (outcome.outcome, outcome.attempt) == (RAN, 2), f"the taker gave {outcome}")
+    check(checks, lost is not None, "the stale holder did not log run.lease-lost")
+    check(
+        checks,
+        lost is None or lost["fencing_token"] == stale_token,
+        f"lease-lost of another run: {lost}",
+    )
+    check(checks, not stale.events("run.committed"), "the stale holder logged a commit")
+    check(checks, await one_key.committed_attempts() == [2], "the outbox is not the taker's")
+    check(checks, stale.proc.poll() is None, "the stale worker died instead of carrying on")
+    await one_key.tally("2 lease holder SIGSTOPped past TTL and timeout", checks)
+    assert await one_key.effect_attempts() == [2]
+
+
+async def test_fifty_concurrent_executions_of_one_key_commit_once(
+    one_key: OneKey, start_worker: StartWorker
+) -> None:
+    # Two worker processes, so the race is between processes, not only inside one pool.
+    start_worker()
+    start_worker()
+    handles = await asyncio.gather(*(one_key.start(args={"sleep": 0.5}) for _ in range(50)))
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(*(h.result() for h in handles)), RESULT_TIMEOUT
+    )
+    kinds = Counter(o.outcome for o in outcomes)
+
+    checks: list[str] = []
+    check(checks, kinds[RAN] == 1, f"{kinds[RAN]} executions ran")
+    check(
+        checks,
+        kinds[ALREADY_DONE] + kinds[OVERLAP_LOCKED] == 49,
+        f"outcomes other than already-done or overlap-locked: {dict(kinds)}",
+    )
+    row = await one_key.tally(
+        f"3 50 concurrent runs of one key: {kinds[RAN]} ran, "
+        f"{kinds[ALREADY_DONE]} already-done, {kinds[OVERLAP_LOCKED]} overlap-locked",
+        checks,
+    )
+    assert row.outbox_rows == row.effect_rows == 1
