@@ -1,0 +1,23 @@
+"""Jobs the benchmarks run through the full guard (importing this module registers them)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from activities import JobContext, job
+
+NOOP_JOB = "bench-noop"
+LAG_JOB = "bench-lag"
+
+
+@job(NOOP_JOB, read_only=True)
+async def bench_noop(ctx: JobContext) -> None:
+    """No writes of its own: every Postgres round trip of its run is the guard's."""
+    return None
+
+
+@job(LAG_JOB, read_only=True)
+async def bench_lag(ctx: JobContext) -> dict[str, Any]:
+    """Records when the job started, in its outbox record: the fire-lag benchmark reads it."""
+    return {"started_at": datetime.now(UTC).isoformat()}
