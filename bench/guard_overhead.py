@@ -31,21 +31,17 @@ from temporalio.client import (
     OutboundInterceptor,
     ScheduleDescription,
 )
+from temporalio.worker import Worker
 
 import bench.jobs
-from activities.jobs import REGISTRY
 from bench.bare import BareInput, BareWorkflow, bare_noop
 from bench.pgwire import RoundTripProxy, target_of, via_proxy
 from bench.shape import Stack, fresh_dsn
 from bench.stats import median, ratio
 from bench.table import Row
-from cronwarden.worker_runtime import build_worker, pool_size
-from schedules.apply import apply_definitions
-from schedules.model import ScheduleDefinition
-from store.pool import create_pool
+from bench.worker import bench_worker, make_schedules, worker_pool
 from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 
-MAX_CONCURRENT_RUNS = 10  # the worker's default (CRONWARDEN_MAX_CONCURRENT_RUNS)
 SCHEDULES = 10
 # Starts in flight at once: enough to keep the server's frontend busy, few enough not to time out.
 START_CONCURRENCY = 64
@@ -102,12 +98,21 @@ async def measure(stack: Stack, *, quick: bool) -> list[Row]:
     runs = 20 if quick else 500
     rounds = 1 if quick else 5
     dsn = await fresh_dsn(stack, "guard_overhead")
-    pool = await asyncpg_pool(dsn)
+    pool = await worker_pool(dsn)
     task_queue = f"bench-guard-{uuid.uuid4().hex[:8]}"
     try:
-        schedule_ids = await _schedules(stack.client, pool, task_queue, SCHEDULES)
+        # Real schedules (yearly, so none fires meanwhile): the guard describes them and writes
+        # their heartbeat rows, as in production.
+        schedule_ids = await make_schedules(
+            stack.client,
+            pool,
+            task_queue=task_queue,
+            prefix="bench-guard",
+            count=SCHEDULES,
+            spec={"job": bench.jobs.NOOP_JOB, "cron": "0 0 1 1 *"},
+        )
         runner = _Runner(stack.client, task_queue, schedule_ids)
-        async with _worker(stack.client, pool, task_queue):
+        async with _both(stack.client, pool, task_queue):
             await runner.burst("bare", 5)
             await runner.burst("guarded", 5)
             bare_rates, guarded_rates, ratios = [], [], []
@@ -146,37 +151,11 @@ async def measure(stack: Stack, *, quick: bool) -> list[Row]:
     ]
 
 
-async def asyncpg_pool(dsn: str) -> asyncpg.Pool:
-    return await create_pool(dsn, max_size=pool_size(MAX_CONCURRENT_RUNS))
-
-
-def _worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> Any:
+def _both(client: Client, pool: asyncpg.Pool, task_queue: str) -> Worker:
     # One worker runs both sides, with the settings `cronwarden worker` uses.
-    assert bench.jobs.NOOP_JOB in REGISTRY
-    return build_worker(
-        client=client,
-        pool=pool,
-        registry=REGISTRY,
-        task_queue=task_queue,
-        graceful_shutdown=timedelta(seconds=5),
-        max_concurrent_runs=MAX_CONCURRENT_RUNS,
-        extra_workflows=[BareWorkflow],
-        extra_activities=[bare_noop],
+    return bench_worker(
+        client, pool, task_queue, extra_workflows=[BareWorkflow], extra_activities=[bare_noop]
     )
-
-
-async def _schedules(client: Client, pool: asyncpg.Pool, task_queue: str, count: int) -> list[str]:
-    """Real schedules (yearly, so none fires during the run): the guard describes them and
-    writes their heartbeat rows, as it does in production."""
-    tag = uuid.uuid4().hex[:6]
-    defns = [
-        ScheduleDefinition.model_validate(
-            {"id": f"bench-guard-{tag}-{i}", "job": bench.jobs.NOOP_JOB, "cron": "0 0 1 1 *"}
-        )
-        for i in range(count)
-    ]
-    await apply_definitions(client, pool, defns, task_queue=task_queue)
-    return [d.id for d in defns]
 
 
 class _Runner:
@@ -246,11 +225,11 @@ async def count_round_trips(
     client = await Client.connect(
         stack.temporal.address, interceptors=[describes], namespace=stack.client.namespace
     )
-    pool = await asyncpg_pool(via_proxy(dsn, port))
+    pool = await worker_pool(via_proxy(dsn, port))
     try:
         runner = _Runner(stack.client, task_queue, schedule_ids)
         runner._serial = 10_000_000  # keys apart from the throughput rounds'
-        async with _worker(client, pool, task_queue):
+        async with _both(client, pool, task_queue):
             for _ in range(3):
                 await runner.burst("guarded", 1)
             proxy.reset()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from temporalio import activity
+
 from activities import JobContext, job
 
 NOOP_JOB = "bench-noop"
@@ -19,5 +21,9 @@ async def bench_noop(ctx: JobContext) -> None:
 
 @job(LAG_JOB, read_only=True)
 async def bench_lag(ctx: JobContext) -> dict[str, Any]:
-    """Records when the job started, in its outbox record: the fire-lag benchmark reads it."""
-    return {"started_at": datetime.now(UTC).isoformat()}
+    """Records when Temporal started the activity and when the job started, in its outbox
+    record: the fire-lag benchmark reads them back."""
+    return {
+        "started_at": datetime.now(UTC).isoformat(),
+        "activity_started_at": activity.info().started_time.isoformat(),
+    }

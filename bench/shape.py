@@ -19,6 +19,7 @@ from temporalio.client import Client
 
 from bench.table import Row, render
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
+from cronwarden.logs import configure
 from store.migrate import migrate
 from store.pool import connect
 
@@ -91,6 +92,8 @@ def run_alone(measure: Callable[..., Awaitable[list[Row]]], doc: str | None) -> 
     args = parser.parse_args()
 
     async def main() -> None:
+        # The runs' own info lines would bury the table.
+        configure(level="WARNING")
         async with standalone_stack() as stack:
             print(render(await measure(stack, quick=args.quick)))
 
