@@ -35,7 +35,7 @@ from temporalio.worker import Worker
 
 import bench.jobs
 from bench.bare import BareInput, BareWorkflow, bare_noop
-from bench.pgwire import RoundTripProxy, target_of, via_proxy
+from bench.pgwire import RoundTripProxy, target_of
 from bench.shape import Stack, fresh_dsn
 from bench.stats import median, ratio
 from bench.table import Row
@@ -220,12 +220,12 @@ async def count_round_trips(
 ) -> tuple[Counter[str], int]:
     """Round trips (by label) and describe calls of ROUND_TRIP_RUNS guarded no-op runs."""
     proxy = RoundTripProxy(*target_of(dsn), label=label_statement)
-    port = await proxy.start()
+    await proxy.start()
     describes = DescribeCounter()
     client = await Client.connect(
         stack.temporal.address, interceptors=[describes], namespace=stack.client.namespace
     )
-    pool = await worker_pool(via_proxy(dsn, port))
+    pool = await worker_pool(proxy.proxied(dsn))
     try:
         runner = _Runner(stack.client, task_queue, schedule_ids)
         runner._serial = 10_000_000  # keys apart from the throughput rounds'

@@ -90,6 +90,7 @@ class RoundTripProxy:
         self._label = label
         self.counts: Counter[str] = Counter()
         self._server: asyncio.Server | None = None
+        self._port: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -99,10 +100,15 @@ class RoundTripProxy:
     def reset(self) -> None:
         self.counts.clear()
 
-    async def start(self) -> int:
+    async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
+        self._port = self._server.sockets[0].getsockname()[1]
+
+    def proxied(self, dsn: str) -> str:
+        """`dsn` (of the server this proxies), pointed at the proxy."""
+        if self._port is None:
+            raise RuntimeError("the proxy is not started")
+        return via_proxy(dsn, self._port)
 
     async def stop(self) -> None:
         if self._server is not None:
