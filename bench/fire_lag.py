@@ -33,7 +33,8 @@ P99_GOAL_SECONDS = 1.0
 DRAIN_TIMEOUT = 60.0
 
 _LAGS = """
-SELECT fire_time,
+SELECT fire_time, workflow_id,
+       (result->>'activity_scheduled_at')::timestamptz AS activity_scheduled_at,
        (result->>'activity_started_at')::timestamptz AS activity_started_at,
        (result->>'started_at')::timestamptz AS job_started_at
   FROM cronwarden.outbox
@@ -48,6 +49,17 @@ class Lags:
     job: list[float]
     """Seconds from nominal fire time to the job starting (lease taken, outbox checked)."""
     expected: int
+    phases: dict[str, list[float]]
+    """Where the lag goes, phase by phase (seconds each), to tell Temporal's share from ours."""
+
+
+# Each phase: from one recorded instant to the next.
+PHASES = [
+    ("Temporal starts the workflow", "fire_time", "workflow_started_at"),
+    ("workflow task schedules the activity", "workflow_started_at", "activity_scheduled_at"),
+    ("activity waits for the worker", "activity_scheduled_at", "activity_started_at"),
+    ("guard takes the lease, checks the outbox", "activity_started_at", "job_started_at"),
+]
 
 
 async def measure(stack: Stack, *, quick: bool) -> list[Row]:
@@ -85,6 +97,14 @@ def rows(lags: Lags, *, schedules: int, seconds: float, quick: bool) -> list[Row
                 met=None if quick else p99 < P99_GOAL_SECONDS,
             )
         )
+    for name, values in lags.phases.items():
+        if values:
+            out.append(
+                Row(
+                    f"  {name}, p50 / p99",
+                    f"{percentile(values, 50):.3f}s / {percentile(values, 99):.3f}s",
+                )
+            )
     return out
 
 
@@ -116,10 +136,22 @@ async def _run(client: Client, pool: asyncpg.Pool, schedules: int, seconds: floa
             await asyncio.gather(
                 *(client.get_schedule_handle(i).delete() for i in ids), return_exceptions=True
             )
+        started = {
+            wf.id: wf.start_time async for wf in client.list_workflows(f'TaskQueue="{task_queue}"')
+        }
+    instants = [{**r, "workflow_started_at": started.get(r["workflow_id"])} for r in records]
     return Lags(
         activity=[(r["activity_started_at"] - r["fire_time"]).total_seconds() for r in records],
         job=[(r["job_started_at"] - r["fire_time"]).total_seconds() for r in records],
         expected=expected,
+        phases={
+            name: [
+                (i[to] - i[since]).total_seconds()
+                for i in instants
+                if i[since] is not None and i[to] is not None
+            ]
+            for name, since, to in PHASES
+        },
     )
 
 
