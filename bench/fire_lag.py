@@ -122,14 +122,11 @@ async def _run(client: Client, pool: asyncpg.Pool, schedules: int, seconds: floa
                 spec={"job": bench.jobs.LAG_JOB, "every": f"{EVERY_SECONDS}s"},
             )
             # Count only fires after every schedule exists: the first is the next boundary.
-            # Pause halfway between two fires, so the last counted one has had 5 s to start.
+            # The schedules keep firing until deleted: fires after `end` are left out, and no
+            # pause can drop a fire of the window that Temporal has yet to start.
             start = _next_boundary(datetime.now(UTC))
             end = start + timedelta(seconds=seconds // EVERY_SECONDS * EVERY_SECONDS)
-            pause_at = end + timedelta(seconds=EVERY_SECONDS / 2)
-            await asyncio.sleep(max(0.0, (pause_at - datetime.now(UTC)).total_seconds()))
-            await asyncio.gather(
-                *(client.get_schedule_handle(i).pause(note="benchmark over") for i in ids)
-            )
+            await asyncio.sleep(max(0.0, (end - datetime.now(UTC)).total_seconds()))
             expected = schedules * (int((end - start).total_seconds()) // EVERY_SECONDS + 1)
             records = await _drain(pool, ids, start, end, expected)
         finally:

@@ -5,6 +5,7 @@ import struct
 
 import pytest
 
+from bench.fire_lag import Lags, rows
 from bench.guard_overhead import is_prepare, label_statement
 from bench.pgwire import WireReader, target_of, via_proxy
 from bench.stats import median, percentile, ratio
@@ -84,3 +85,21 @@ def test_proxy_dsn_keeps_user_and_database_and_turns_tls_off() -> None:
         "postgresql://postgres@127.0.0.1:6000/bench%20db?application_name=x&sslmode=disable"
     )
     assert target_of(dsn) == ("127.0.0.1", 5544)
+
+
+def test_fire_lag_rows_judge_the_p99_and_count_missing_fires() -> None:
+    lags = Lags(
+        activity=[0.1] * 98 + [0.5, 2.0],
+        job=[0.2] * 99 + [0.9],
+        expected=101,
+        phases={"Temporal starts the workflow": [0.05] * 100},
+    )
+    table = {row.metric: row for row in rows(lags, schedules=10, seconds=100, quick=False)}
+    assert table["fires run (10 schedules every 10s for 100s)"].ours == "100 of 101"
+    assert table["fires run (10 schedules every 10s for 100s)"].met is False
+    assert table["fire lag to job start, p50 / p99"].ours == "0.200s / 0.200s"
+    assert table["fire lag to job start, p50 / p99"].met is True
+    assert table["fire lag to activity start, p50 / p99"].ours == "0.100s / 0.500s"
+    assert table["  Temporal starts the workflow, p50 / p99"].met is None
+    quick = rows(lags, schedules=10, seconds=100, quick=True)
+    assert all(row.met is None for row in quick)
