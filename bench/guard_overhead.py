@@ -133,7 +133,8 @@ async def measure(stack: Stack, *, quick: bool) -> list[Row]:
     verdict = None if quick else median(ratios) >= RATIO_GOAL
     return [
         Row(
-            f"guarded runs/s, no-op job ({runs} runs x {rounds}, median)",
+            f"guarded runs/s, no-op job ({runs} runs x {rounds} rounds, medians; "
+            "ratio = median of the per-round ratios)",
             f"{median(guarded_rates):.1f}",
             baseline=f"{median(bare_rates):.1f} (bare)",
             ratio=f"{median(ratios):.2f}",
