@@ -42,6 +42,7 @@ from activities.contract import (
 from activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
 from cronwarden.logs import get_logger
 from store import heartbeats, locks, outbox
+from store.pool import own_statements
 from store.runs import CommitOutcome, CommitRecord, commit_run
 
 # Temporal heartbeats go out this often while a run holds its lease; the workflow's heartbeat
@@ -89,7 +90,7 @@ class GuardedRun:
         spec = await self._job_spec(inp, info, log)
         if spec is None:
             # Replaying a key that is already done must neither fail nor pause anything.
-            async with self._pool.acquire() as conn:
+            async with own_statements(self._pool) as conn:
                 digest = await outbox.done_digest(conn, inp.logical_key)
             return self._already_done(inp, digest, info.attempt, log)
         args = self._validate_args(spec, inp, log)
@@ -98,7 +99,7 @@ class GuardedRun:
         # number decides between two of them (see store/locks.py).
         holder = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
 
-        async with self._pool.acquire() as conn:
+        async with own_statements(self._pool) as conn:
             got = await locks.acquire(
                 conn,
                 name=inp.lock_name,
@@ -164,7 +165,7 @@ class GuardedRun:
             # The acquire statement read the outbox from a snapshot taken before it waited on
             # the lock row: a run of this key that committed (and released) while we waited is
             # only visible to a fresh statement.
-            async with self._pool.acquire() as conn:
+            async with own_statements(self._pool) as conn:
                 digest = await outbox.done_digest(conn, inp.logical_key)
             if digest is not None:
                 await self._release(record, log)
@@ -243,7 +244,7 @@ class GuardedRun:
         if not committed.recorded:
             # Someone committed this key between our check and our commit; the job's writes
             # were rolled back with our transaction, and the lease is released.
-            async with self._pool.acquire() as conn:
+            async with own_statements(self._pool) as conn:
                 digest = await outbox.done_digest(conn, inp.logical_key)
             return self._already_done(inp, digest, record.attempt, log)
         log.info("run.committed", next_expected_at=_iso(record.next_expected_at))
@@ -255,7 +256,7 @@ class GuardedRun:
         """The commit raised (connection killed at COMMIT, server restart): it may or may not
         have landed. Look, on a fresh connection, instead of guessing."""
         try:
-            async with self._pool.acquire() as conn:
+            async with own_statements(self._pool) as conn:
                 token = await outbox.committed_token(conn, inp.logical_key)
         except _DB_ERRORS:
             token = None
@@ -280,7 +281,7 @@ class GuardedRun:
             return self._registry.get(inp.job)
         except UnknownJob as exc:
             error = str(exc)
-        async with self._pool.acquire() as conn:
+        async with own_statements(self._pool) as conn:
             if await outbox.done_digest(conn, inp.logical_key) is not None:
                 return None
         # During a rolling deploy an old worker may pick up a run for a job only the new
@@ -304,7 +305,7 @@ class GuardedRun:
         marked paused: this is not an operator's pause, and the monitor must keep paging."""
         note = f"{ORPHAN_NOTE_PREFIX}'{inp.job}' is not registered on worker {self._worker}"
         try:
-            async with self._pool.acquire() as conn:
+            async with own_statements(self._pool) as conn:
                 await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
         except _DB_ERRORS as exc:
             log.warning("run.record-failure-failed", error=str(exc))
@@ -356,7 +357,7 @@ class GuardedRun:
             if outcome.fenced:
                 await self._release(record, None)
             return outcome
-        async with self._pool.acquire() as conn:
+        async with own_statements(self._pool) as conn:
             return await commit_run(conn, record)
 
     async def _renew_lease(
@@ -372,7 +373,7 @@ class GuardedRun:
         while True:
             await asyncio.sleep(renew_every)
             try:
-                async with self._pool.acquire(timeout=renew_every) as conn:
+                async with own_statements(self._pool, timeout=renew_every) as conn:
                     still_ours = await locks.renew(
                         conn, name=inp.lock_name, token=token, ttl_seconds=inp.lock_ttl_seconds
                     )
@@ -389,7 +390,7 @@ class GuardedRun:
     async def _release(self, record: CommitRecord, log: Any) -> bool | None:
         """True: released; False: the lease was someone else's already; None: unknown."""
         try:
-            async with self._pool.acquire() as conn:
+            async with own_statements(self._pool) as conn:
                 return await locks.release(conn, name=record.lock_name, token=record.token)
         except _DB_ERRORS as exc:
             # The lease expires by itself after its TTL; a failed release only delays the next run.
@@ -438,7 +439,7 @@ class GuardedRun:
         error = f"{type(exc).__name__}: {exc}"
         log.error("run.failed", error=error, exc_info=exc)
         try:
-            async with self._pool.acquire() as conn:
+            async with own_statements(self._pool) as conn:
                 await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
         except _DB_ERRORS as db_exc:
             log.warning("run.record-failure-failed", error=str(db_exc))

@@ -7,7 +7,9 @@ import contextlib
 import os
 import signal
 import socket
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 from temporalio.client import Client
@@ -44,15 +46,19 @@ def build_worker(
     task_queue: str,
     graceful_shutdown: timedelta,
     max_concurrent_runs: int = 10,
+    extra_workflows: Sequence[type] = (),
+    extra_activities: Sequence[Callable[..., Any]] = (),
 ) -> Worker:
+    """`extra_*`: more workflows/activities on the same worker (the guard-overhead benchmark
+    runs its bare baseline beside the guarded runs, under the same settings)."""
     guarded = GuardedRun(
         pool=pool, registry=registry, client=client, worker_identity=worker_identity()
     )
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=[ScheduledRunWorkflow],
-        activities=[guarded.run_guarded],
+        workflows=[ScheduledRunWorkflow, *extra_workflows],
+        activities=[guarded.run_guarded, *extra_activities],
         graceful_shutdown_timeout=graceful_shutdown,
         max_concurrent_activities=max_concurrent_runs,
         # The SDK sends at most one heartbeat per 0.8 x heartbeat timeout by default (8 s of our

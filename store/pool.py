@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -24,6 +26,42 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+class PoolConnection(asyncpg.Connection):  # type: ignore[misc]
+    """A pooled connection whose release can skip the session reset, once.
+
+    asyncpg resets a connection on every release (`pg_advisory_unlock_all(); CLOSE ALL;
+    UNLISTEN *; RESET ALL`): a round trip that protects the next borrower from session state a
+    previous one left behind. Code that ran only statements which change no session state asks
+    to skip it (see `own_statements`); any other borrower, above all a job given a connection
+    by `ctx.transaction()`, still gets the full reset.
+    """
+
+    _skip_reset = False
+
+    def skip_next_reset(self) -> None:
+        self._skip_reset = True
+
+    def get_reset_query(self) -> str:
+        if self._skip_reset:
+            self._skip_reset = False
+            return ""
+        query: str = super().get_reset_query()
+        return query
+
+
+@asynccontextmanager
+async def own_statements(pool: asyncpg.Pool, *, timeout: float | None = None) -> AsyncIterator[Any]:
+    """A pooled connection for our own plain statements (no SET, LISTEN, advisory lock, cursor
+    or explicit transaction), released without the reset round trip. An open transaction is
+    still rolled back on release, by asyncpg, whatever this says."""
+    async with pool.acquire(timeout=timeout) as conn:
+        # A pool not created by `create_pool` has plain connections: they just reset as usual.
+        skip = getattr(conn, "skip_next_reset", None)
+        if skip is not None:
+            skip()
+        yield conn
+
+
 def unreachable(dsn: str, exc: BaseException) -> Unreachable:
     reason = str(exc).strip() or type(exc).__name__
     return Unreachable(f"cannot reach Postgres at {describe_dsn(dsn)}: {reason}")
@@ -39,6 +77,7 @@ async def create_pool(
             max_size=max_size,
             timeout=timeout,
             init=_init_connection,
+            connection_class=PoolConnection,
             server_settings={"application_name": "cronwarden"},
         )
     except _CONNECT_ERRORS as exc:

@@ -114,3 +114,11 @@ async def gated(ctx: JobContext) -> dict[str, Any]:
     async with ctx.transaction() as conn:
         await record_effect(conn, ctx, started)
     return {"attempt": ctx.attempt}
+
+
+@job("leak-session")
+async def leak_session(ctx: JobContext) -> None:
+    # Session state set inside the run's transaction outlives its COMMIT on that connection:
+    # the pool must reset it before anyone else borrows the connection.
+    async with ctx.transaction() as conn:
+        await conn.execute("SET application_name = 'leaked-by-job'")

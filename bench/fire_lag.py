@@ -1,0 +1,176 @@
+"""Fire lag: how late after its nominal fire time a scheduled run starts working.
+
+100 schedules firing every 10 s (all on the same instants: the worst case, a burst of 100 runs
+every 10 s) run a job that writes nothing and returns two times into its outbox record: when
+Temporal started the activity (`activity.info().started_time`, the server's clock) and when the
+job itself started, after the guard took its lease and checked the outbox (the worker's clock;
+same machine). Lag = that time - the key's nominal fire time, both read back from the outbox.
+Fires that should have happened in the window but have no outbox record are counted too.
+
+The worker is `cronwarden worker`'s own (default settings: 10 concurrent runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+from temporalio.client import Client
+
+import bench.jobs
+from bench.shape import Stack, fresh_dsn
+from bench.stats import percentile
+from bench.table import Row
+from bench.worker import bench_worker, make_schedules, worker_pool
+
+EVERY_SECONDS = 10
+P99_GOAL_SECONDS = 1.0
+# Runs still in flight when the schedules are paused get this long to commit.
+DRAIN_TIMEOUT = 60.0
+
+_LAGS = """
+SELECT fire_time, workflow_id,
+       (result->>'activity_scheduled_at')::timestamptz AS activity_scheduled_at,
+       (result->>'activity_started_at')::timestamptz AS activity_started_at,
+       (result->>'started_at')::timestamptz AS job_started_at
+  FROM cronwarden.outbox
+ WHERE schedule_id = ANY($1::text[]) AND fire_time BETWEEN $2 AND $3
+"""
+
+
+@dataclass(frozen=True)
+class Lags:
+    activity: list[float]
+    """Seconds from nominal fire time to Temporal starting the activity."""
+    job: list[float]
+    """Seconds from nominal fire time to the job starting (lease taken, outbox checked)."""
+    expected: int
+    phases: dict[str, list[float]]
+    """Where the lag goes, phase by phase (seconds each), to tell Temporal's share from ours."""
+
+
+# Each phase: from one recorded instant to the next.
+PHASES = [
+    ("Temporal starts the workflow", "fire_time", "workflow_started_at"),
+    ("workflow task schedules the activity", "workflow_started_at", "activity_scheduled_at"),
+    ("activity waits for the worker", "activity_scheduled_at", "activity_started_at"),
+    ("guard takes the lease, checks the outbox", "activity_started_at", "job_started_at"),
+]
+
+
+async def measure(stack: Stack, *, quick: bool) -> list[Row]:
+    schedules = 3 if quick else 100
+    seconds = 20.0 if quick else 120.0
+    pool = await worker_pool(await fresh_dsn(stack, "fire_lag"))
+    try:
+        lags = await _run(stack.client, pool, schedules, seconds)
+    finally:
+        await pool.close()
+    return rows(lags, schedules=schedules, seconds=seconds, quick=quick)
+
+
+def rows(lags: Lags, *, schedules: int, seconds: float, quick: bool) -> list[Row]:
+    what = f"{schedules} schedules every {EVERY_SECONDS}s for {seconds:g}s"
+    ran = len(lags.job)
+    out = [
+        Row(
+            f"fires run ({what})",
+            f"{ran} of {lags.expected}",
+            goal="all",
+            met=None if quick else ran == lags.expected,
+        )
+    ]
+    for name, values in (("job start", lags.job), ("activity start", lags.activity)):
+        if not values:
+            out.append(Row(f"fire lag to {name}", "no runs"))
+            continue
+        p99 = percentile(values, 99)
+        out.append(
+            Row(
+                f"fire lag to {name}, p50 / p99",
+                f"{percentile(values, 50):.3f}s / {p99:.3f}s",
+                goal=f"p99 < {P99_GOAL_SECONDS:g}s",
+                met=None if quick else p99 < P99_GOAL_SECONDS,
+            )
+        )
+    for name, values in lags.phases.items():
+        if values:
+            out.append(
+                Row(
+                    f"  {name}, p50 / p99",
+                    f"{percentile(values, 50):.3f}s / {percentile(values, 99):.3f}s",
+                )
+            )
+    return out
+
+
+async def _run(client: Client, pool: asyncpg.Pool, schedules: int, seconds: float) -> Lags:
+    task_queue = f"bench-lag-{uuid.uuid4().hex[:8]}"
+    async with bench_worker(client, pool, task_queue):
+        ids: list[str] = []
+        try:
+            ids = await make_schedules(
+                client,
+                pool,
+                task_queue=task_queue,
+                prefix="bench-lag",
+                count=schedules,
+                spec={"job": bench.jobs.LAG_JOB, "every": f"{EVERY_SECONDS}s"},
+            )
+            # Count only fires after every schedule exists: the first is the next boundary.
+            # The schedules keep firing until deleted: fires after `end` are left out, and no
+            # pause can drop a fire of the window that Temporal has yet to start.
+            start = _next_boundary(datetime.now(UTC))
+            end = start + timedelta(seconds=seconds // EVERY_SECONDS * EVERY_SECONDS)
+            await asyncio.sleep(max(0.0, (end - datetime.now(UTC)).total_seconds()))
+            expected = schedules * (int((end - start).total_seconds()) // EVERY_SECONDS + 1)
+            records = await _drain(pool, ids, start, end, expected)
+        finally:
+            await asyncio.gather(
+                *(client.get_schedule_handle(i).delete() for i in ids), return_exceptions=True
+            )
+        started = {
+            wf.id: wf.start_time async for wf in client.list_workflows(f'TaskQueue="{task_queue}"')
+        }
+    instants = [{**r, "workflow_started_at": started.get(r["workflow_id"])} for r in records]
+    return Lags(
+        activity=[(r["activity_started_at"] - r["fire_time"]).total_seconds() for r in records],
+        job=[(r["job_started_at"] - r["fire_time"]).total_seconds() for r in records],
+        expected=expected,
+        phases={
+            name: [
+                (i[to] - i[since]).total_seconds()
+                for i in instants
+                if i[since] is not None and i[to] is not None
+            ]
+            for name, since, to in PHASES
+        },
+    )
+
+
+async def _drain(
+    pool: asyncpg.Pool, ids: list[str], start: datetime, end: datetime, expected: int
+) -> list[asyncpg.Record]:
+    """The window's outbox records, once all expected fires committed or the drain timed out."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    while True:
+        async with pool.acquire() as conn:
+            records: list[asyncpg.Record] = await conn.fetch(_LAGS, ids, start, end)
+        if len(records) >= expected or time.monotonic() > deadline:
+            return records
+        await asyncio.sleep(0.5)
+
+
+def _next_boundary(now: datetime) -> datetime:
+    epoch = int(now.timestamp())
+    return datetime.fromtimestamp(epoch - epoch % EVERY_SECONDS + EVERY_SECONDS, UTC)
+
+
+if __name__ == "__main__":
+    from bench.shape import run_alone
+
+    run_alone(measure, __doc__)

@@ -1,0 +1,251 @@
+"""What the guard costs: runs/s of a bare workflow + no-op activity against ScheduledRunWorkflow
+with a no-op job through the full guard, on the same worker (same settings, same task queue) and
+the same Temporal server; and how many Postgres round trips a guarded run makes.
+
+Throughput: N runs of one kind are started as fast as the server accepts them, then awaited;
+runs/s = N / (first start .. last result). Bare and guarded alternate, several rounds, and the
+table reports the medians (the ratio is the median of the per-round ratios).
+
+Round trips are counted on the wire (bench/pgwire.py: a proxy in front of Postgres) for
+guarded no-op runs made one after another, after a warm-up, so asyncpg's one-off statement
+preparations are left out; the job makes no statement, so every round trip is the guard's.
+Temporal DescribeSchedule calls made by the guard (for the heartbeat's next expected fire) are
+counted beside them with a client interceptor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+from temporalio.client import (
+    Client,
+    DescribeScheduleInput,
+    Interceptor,
+    OutboundInterceptor,
+    ScheduleDescription,
+)
+from temporalio.worker import Worker
+
+import bench.jobs
+from bench.bare import BareInput, BareWorkflow, bare_noop
+from bench.pgwire import RoundTripProxy, target_of
+from bench.shape import Stack, fresh_dsn
+from bench.stats import median, ratio
+from bench.table import Row
+from bench.worker import bench_worker, make_schedules, worker_pool
+from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
+
+SCHEDULES = 10
+# Starts in flight at once: enough to keep the server's frontend busy, few enough not to time out.
+START_CONCURRENCY = 64
+RATIO_GOAL = 0.8
+ROUND_TRIP_GOAL = 4
+ROUND_TRIP_RUNS = 20
+RUN_TIMEOUT = timedelta(minutes=10)
+
+# Which guard statement a round trip ran, by a fragment of its SQL.
+_LABELS = [
+    ("INSERT INTO cronwarden.locks", "acquire (+ outbox look)"),
+    ("SELECT args_digest FROM cronwarden.outbox", "outbox check"),
+    ("WITH fence AS", "commit (fence + outbox + heartbeat + release)"),
+    ("pg_advisory_unlock_all", "pool reset on release"),
+    ("UPDATE cronwarden.locks\n   SET holder = NULL", "release"),
+    ("SET expires_at", "lease renewal"),
+]
+
+
+def is_prepare(label: str) -> bool:
+    """asyncpg preparing a statement on a connection's first use of it: warm-up, not per run."""
+    return label.startswith("prepare: ")
+
+
+def label_statement(query: str) -> str:
+    prefix = "prepare: " if is_prepare(query) else ""
+    for fragment, label in _LABELS:
+        if fragment in query:
+            return prefix + label
+    return prefix + " ".join(query.split())[:60]
+
+
+class DescribeCounter(Interceptor):
+    """Counts ScheduleHandle.describe calls made through the client it is installed on."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _CountingOutbound(next, self)
+
+
+class _CountingOutbound(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, counter: DescribeCounter) -> None:
+        super().__init__(next)
+        self._counter = counter
+
+    async def describe_schedule(self, input: DescribeScheduleInput) -> ScheduleDescription:
+        self._counter.calls += 1
+        return await self.next.describe_schedule(input)
+
+
+async def measure(stack: Stack, *, quick: bool) -> list[Row]:
+    runs = 20 if quick else 500
+    rounds = 1 if quick else 5
+    dsn = await fresh_dsn(stack, "guard_overhead")
+    pool = await worker_pool(dsn)
+    task_queue = f"bench-guard-{uuid.uuid4().hex[:8]}"
+    try:
+        # Real schedules (yearly, so none fires meanwhile): the guard describes them and writes
+        # their heartbeat rows, as in production.
+        schedule_ids = await make_schedules(
+            stack.client,
+            pool,
+            task_queue=task_queue,
+            prefix="bench-guard",
+            count=SCHEDULES,
+            spec={"job": bench.jobs.NOOP_JOB, "cron": "0 0 1 1 *"},
+        )
+        runner = _Runner(stack.client, task_queue, schedule_ids)
+        async with _both(stack.client, pool, task_queue):
+            await runner.burst("bare", 5)
+            await runner.burst("guarded", 5)
+            bare_rates, guarded_rates, ratios = [], [], []
+            for r in range(rounds):
+                # Alternate which side goes first, so a drift of the machine hits both.
+                order = ("bare", "guarded") if r % 2 == 0 else ("guarded", "bare")
+                rates = {kind: await runner.burst(kind, runs) for kind in order}
+                bare_rates.append(rates["bare"])
+                guarded_rates.append(rates["guarded"])
+                ratios.append(ratio(rates["guarded"], rates["bare"]))
+        trips, describes = await count_round_trips(
+            stack, dsn, schedule_ids, task_queue=f"{task_queue}-count"
+        )
+    finally:
+        await pool.close()
+    per_run = sum(n for label, n in trips.items() if not is_prepare(label)) / ROUND_TRIP_RUNS
+    breakdown = ", ".join(f"{label} {n / ROUND_TRIP_RUNS:g}" for label, n in sorted(trips.items()))
+    verdict = None if quick else median(ratios) >= RATIO_GOAL
+    return [
+        Row(
+            f"guarded runs/s, no-op job ({runs} runs x {rounds} rounds, medians; "
+            "ratio = median of the per-round ratios)",
+            f"{median(guarded_rates):.1f}",
+            baseline=f"{median(bare_rates):.1f} (bare)",
+            ratio=f"{median(ratios):.2f}",
+            goal=f"ratio >= {RATIO_GOAL}",
+            met=verdict,
+        ),
+        Row(
+            "Postgres round trips per guarded run",
+            f"{per_run:g}",
+            goal=f"<= {ROUND_TRIP_GOAL}",
+            met=None if quick else per_run <= ROUND_TRIP_GOAL,
+        ),
+        Row("  of which", breakdown or "-"),
+        Row("Temporal DescribeSchedule calls per guarded run", f"{describes / ROUND_TRIP_RUNS:g}"),
+    ]
+
+
+def _both(client: Client, pool: asyncpg.Pool, task_queue: str) -> Worker:
+    # One worker runs both sides, with the settings `cronwarden worker` uses.
+    return bench_worker(
+        client, pool, task_queue, extra_workflows=[BareWorkflow], extra_activities=[bare_noop]
+    )
+
+
+class _Runner:
+    def __init__(self, client: Client, task_queue: str, schedule_ids: list[str]) -> None:
+        self._client = client
+        self._task_queue = task_queue
+        self._schedule_ids = schedule_ids
+        self._serial = 0
+        # Fire times far in the past: a replay of an old key never moves "last fire" forward.
+        self._base = datetime(2001, 1, 1, tzinfo=UTC)
+
+    def _start(self, kind: str) -> Callable[[], Awaitable[Any]]:
+        self._serial += 1
+        serial = self._serial
+        if kind == "bare":
+            return lambda: self._client.start_workflow(
+                BareWorkflow.run,
+                BareInput(key=f"bare-{serial}"),
+                id=f"bench-bare-{uuid.uuid4().hex}",
+                task_queue=self._task_queue,
+            )
+        schedule_id = self._schedule_ids[serial % len(self._schedule_ids)]
+        fire = self._base + timedelta(minutes=serial)
+        return lambda: self._client.start_workflow(
+            ScheduledRunWorkflow.run,
+            guarded_input(schedule_id, fire, lock_name=f"bench:{serial}"),
+            id=f"{schedule_id}-replay-{fire:%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:6]}",
+            task_queue=self._task_queue,
+        )
+
+    async def burst(self, kind: str, runs: int) -> float:
+        """Start `runs` runs as fast as the server accepts them; runs/s until the last ends."""
+        starters = [self._start(kind) for _ in range(runs)]
+        gate = asyncio.Semaphore(START_CONCURRENCY)
+
+        async def start_and_wait(start: Callable[[], Awaitable[Any]]) -> None:
+            async with gate:
+                handle = await start()
+            await handle.result()
+
+        began = time.perf_counter()
+        await asyncio.wait_for(
+            asyncio.gather(*(start_and_wait(s) for s in starters)),
+            RUN_TIMEOUT.total_seconds(),
+        )
+        return runs / (time.perf_counter() - began)
+
+
+def guarded_input(schedule_id: str, fire: datetime, *, lock_name: str) -> ScheduledRunInput:
+    # One lock per run: N runs of one schedule at once would otherwise skip each other, and
+    # the point is the guard's cost, not its overlap policy.
+    return ScheduledRunInput(
+        schedule_id=schedule_id,
+        job=bench.jobs.NOOP_JOB,
+        lock_name=lock_name,
+        fire_time=fire.isoformat(),
+    )
+
+
+async def count_round_trips(
+    stack: Stack, dsn: str, schedule_ids: list[str], *, task_queue: str
+) -> tuple[Counter[str], int]:
+    """Round trips (by label) and describe calls of ROUND_TRIP_RUNS guarded no-op runs."""
+    proxy = RoundTripProxy(*target_of(dsn), label=label_statement)
+    await proxy.start()
+    describes = DescribeCounter()
+    client = await Client.connect(
+        stack.temporal.address, interceptors=[describes], namespace=stack.client.namespace
+    )
+    pool = await worker_pool(proxy.proxied(dsn))
+    try:
+        runner = _Runner(stack.client, task_queue, schedule_ids)
+        runner._serial = 10_000_000  # keys apart from the throughput rounds'
+        async with _both(client, pool, task_queue):
+            for _ in range(3):
+                await runner.burst("guarded", 1)
+            proxy.reset()
+            describes.calls = 0
+            for _ in range(ROUND_TRIP_RUNS):
+                await runner.burst("guarded", 1)
+            counts = Counter(proxy.counts)
+            calls = describes.calls
+    finally:
+        await pool.close()
+        await proxy.stop()
+    return counts, calls
+
+
+if __name__ == "__main__":
+    from bench.shape import run_alone
+
+    run_alone(measure, __doc__)

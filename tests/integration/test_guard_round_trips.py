@@ -1,0 +1,70 @@
+"""How many Postgres round trips the guard makes, counted on the wire by a proxy in front of
+the server (bench/pgwire.py), and that skipping the pool's session reset never leaks a job's
+session state."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+
+from activities.contract import RAN
+from bench.guard_overhead import is_prepare, label_statement
+from bench.pgwire import RoundTripProxy, target_of
+from store.pool import create_pool
+from tests.integration.conftest import fetch, in_process_worker
+from tests.integration.test_guard import FIRE, start_run
+
+pytestmark = pytest.mark.integration
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def proxy(database: str) -> AsyncIterator[RoundTripProxy]:
+    counting = RoundTripProxy(*target_of(database), label=label_statement)
+    await counting.start()
+    try:
+        yield counting
+    finally:
+        await counting.stop()
+
+
+async def test_a_guarded_no_op_run_makes_three_postgres_round_trips(
+    client: Client, database: str, task_queue: str, schedule_id: str, proxy: RoundTripProxy
+) -> None:
+    # One connection is enough for a no-op run, and asyncpg's pool reuses the last released
+    # one first: the count is the same on every run.
+    pool = await create_pool(proxy.proxied(database), max_size=2)
+    try:
+        async with in_process_worker(client, pool, task_queue):
+            warm_up = await start_run(client, task_queue, schedule_id, job="noop-digest")
+            assert (await warm_up.result()).outcome == RAN
+            proxy.reset()
+            handle = await start_run(
+                client, task_queue, schedule_id, job="noop-digest", fire=FIRE + timedelta(hours=1)
+            )
+            assert (await handle.result()).outcome == RAN
+    finally:
+        await pool.close()
+    counted = {label: n for label, n in proxy.counts.items() if not is_prepare(label)}
+    assert counted == {
+        "acquire (+ outbox look)": 1,
+        "outbox check": 1,
+        "commit (fence + outbox + heartbeat + release)": 1,
+    }
+
+
+async def test_session_state_a_job_sets_is_reset_before_the_connection_is_reused(
+    client: Client, database: str, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    async with in_process_worker(client, pool, task_queue):
+        handle = await start_run(client, task_queue, schedule_id, job="leak-session")
+        assert (await handle.result()).outcome == RAN
+    leaked = await fetch(
+        pool,
+        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'leaked-by-job'",
+    )
+    assert leaked[0]["n"] == 0

@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+
+from bench.fire_lag import Lags, rows
+from bench.guard_overhead import is_prepare, label_statement
+from bench.pgwire import WireReader, target_of, via_proxy
+from bench.stats import median, percentile, ratio
+
+
+def test_percentile_is_nearest_rank_never_interpolated() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 50) == 50.0
+    assert percentile(values, 99) == 99.0
+    assert percentile(values, 100) == 100.0
+    assert percentile([0.3, 0.1, 0.2], 99) == 0.3
+
+
+def test_percentile_and_median_refuse_no_values() -> None:
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1.0], 0)
+    with pytest.raises(ValueError):
+        median([])
+
+
+def test_median_of_an_even_count_is_the_middle_pair_mean() -> None:
+    assert median([4.0, 1.0, 3.0, 2.0]) == 2.5
+
+
+def test_ratio_handles_a_zero_baseline() -> None:
+    assert ratio(8.0, 10.0) == 0.8
+    assert ratio(1.0, 0.0) == math.inf
+    assert ratio(0.0, 0.0) == 1.0
+
+
+def _msg(kind: bytes, payload: bytes) -> bytes:
+    return kind + struct.pack("!I", len(payload) + 4) + payload
+
+
+def _startup() -> bytes:
+    body = struct.pack("!I", 196608) + b"user\0postgres\0\0"
+    return struct.pack("!I", len(body) + 4) + body
+
+
+def test_wire_reader_counts_one_round_trip_per_sync_or_simple_query() -> None:
+    seen: list[str] = []
+    wire = WireReader(seen.append)
+    stream = (
+        struct.pack("!II", 8, 80877103)  # SSLRequest before the startup message
+        + _startup()
+        + _msg(b"P", b"s1\0SELECT 1\0\0\0")
+        + _msg(b"D", b"Ss1\0")
+        + _msg(b"S", b"")
+        + _msg(b"B", b"\0s1\0\0\0\0\0\0\0")
+        + _msg(b"E", b"\0\0\0\0\0")
+        + _msg(b"S", b"")
+        + _msg(b"Q", b"RESET ALL;\0")
+        + _msg(b"X", b"")
+    )
+    # Fed in awkward pieces, as TCP delivers it.
+    for i in range(0, len(stream), 3):
+        wire.feed(stream[i : i + 3])
+    assert seen == ["prepare: SELECT 1", "SELECT 1", "RESET ALL;"]
+
+
+def test_statements_are_labelled_by_what_they_do() -> None:
+    assert label_statement("WITH fence AS (\n UPDATE ...") == (
+        "commit (fence + outbox + heartbeat + release)"
+    )
+    assert label_statement("SELECT pg_advisory_unlock_all();\nCLOSE ALL;") == (
+        "pool reset on release"
+    )
+    assert is_prepare(label_statement("prepare: SELECT args_digest FROM cronwarden.outbox x"))
+    assert label_statement("SELECT   42") == "SELECT 42"
+
+
+def test_proxy_dsn_keeps_user_and_database_and_turns_tls_off() -> None:
+    dsn = "postgresql://postgres@127.0.0.1:5544/bench%20db?application_name=x"
+    assert via_proxy(dsn, 6000) == (
+        "postgresql://postgres@127.0.0.1:6000/bench%20db?application_name=x&sslmode=disable"
+    )
+    assert target_of(dsn) == ("127.0.0.1", 5544)
+
+
+def test_fire_lag_rows_judge_the_p99_and_count_missing_fires() -> None:
+    lags = Lags(
+        activity=[0.1] * 98 + [0.5, 2.0],
+        job=[0.2] * 99 + [0.9],
+        expected=101,
+        phases={"Temporal starts the workflow": [0.05] * 100},
+    )
+    table = {row.metric: row for row in rows(lags, schedules=10, seconds=100, quick=False)}
+    assert table["fires run (10 schedules every 10s for 100s)"].ours == "100 of 101"
+    assert table["fires run (10 schedules every 10s for 100s)"].met is False
+    assert table["fire lag to job start, p50 / p99"].ours == "0.200s / 0.200s"
+    assert table["fire lag to job start, p50 / p99"].met is True
+    assert table["fire lag to activity start, p50 / p99"].ours == "0.100s / 0.500s"
+    assert table["  Temporal starts the workflow, p50 / p99"].met is None
+    quick = rows(lags, schedules=10, seconds=100, quick=True)
+    assert all(row.met is None for row in quick)
