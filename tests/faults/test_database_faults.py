@@ -22,10 +22,8 @@ from schedules.window import Window
 from tests.faults.commit_cutter import CommitCutter
 from tests.faults.counts import check, tally, within
 from tests.faults.one_key import OneKey
-from tests.faults.one_key import one_key as one_key
 from tests.faults.tally import FaultRow
 from tests.faults.worker_process import StartWorker, WorkerProcess
-from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_scheduled_runs import definition
 

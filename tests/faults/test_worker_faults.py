@@ -14,9 +14,7 @@ from activities.guard import GuardedRun
 from tests.faults.counts import check
 from tests.faults.exit_after_commit import EXIT_CODE
 from tests.faults.one_key import OneKey
-from tests.faults.one_key import one_key as one_key
 from tests.faults.worker_process import StartWorker
-from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import wait_for
 from tests.integration.test_guard import lease_holder
 
@@ -178,8 +176,7 @@ async def test_fifty_concurrent_executions_of_one_key_commit_once(
     one_key: OneKey, start_worker: StartWorker
 ) -> None:
     # Two worker processes, so the race is between processes, not only inside one pool.
-    start_worker()
-    start_worker()
+    workers = [start_worker(), start_worker()]
     handles = await asyncio.gather(*(one_key.start(args={"sleep": 0.5}) for _ in range(50)))
     outcomes = await asyncio.wait_for(
         asyncio.gather(*(h.result() for h in handles)), RESULT_TIMEOUT
@@ -193,6 +190,11 @@ async def test_fifty_concurrent_executions_of_one_key_commit_once(
         kinds[ALREADY_DONE] + kinds[OVERLAP_LOCKED] == 49,
         f"outcomes other than already-done or overlap-locked: {dict(kinds)}",
     )
+    # Overlap-locked proves two executions were inside the guard at the same time.
+    check(checks, kinds[OVERLAP_LOCKED] >= 1, "no execution found the key's lease held")
+    outcome_events = ("run.committed", "run.already-done", "run.overlap-locked")
+    idle = [w.pid for w in workers if not any(w.events(e) for e in outcome_events)]
+    check(checks, not idle, f"worker processes that ran none of the executions: {idle}")
     row = await one_key.tally(
         f"3 50 concurrent runs of one key: {kinds[RAN]} ran, "
         f"{kinds[ALREADY_DONE]} already-done, {kinds[OVERLAP_LOCKED]} overlap-locked",
