@@ -47,14 +47,16 @@ async def run_through_cutter(
     async def start(mode: Literal["before", "after"]) -> tuple[CommitCutter, WorkerProcess]:
         cutter = CommitCutter(postgres_server.host, postgres_server.port, mode=mode)
         cutters.append(cutter)
-        port = await cutter.start()
-        # sslmode=disable: the proxy reads the protocol, so it must stay in clear text.
-        dsn = database.replace(f":{postgres_server.port}/", f":{port}/") + "?sslmode=disable"
-        return cutter, start_worker(CRONWARDEN_DATABASE_URL=dsn)
+        await cutter.start()
+        worker = start_worker(CRONWARDEN_DATABASE_URL=cutter.proxied(database))
+        # Only the runs' COMMITs, none the worker may issue while starting.
+        await worker.wait_event("worker.started", timeout=60)
+        cutter.armed = True
+        return cutter, worker
 
     yield start
     for cutter in cutters:
-        await cutter.close()
+        await cutter.stop()
 
 
 async def test_a_connection_cut_before_commit_reaches_the_server_is_retried_and_applies_once(
