@@ -207,7 +207,7 @@ class GuardedRun:
             # Worker shutdown past its graceful timeout, or Temporal cancelled the run: free
             # the lease so the retry does not wait out the TTL.
             released = await asyncio.shield(self._release(record, log))
-            if released is False:
+            if released is False and await asyncio.shield(self._lost_at_release(record, phase)):
                 # A holder frozen or cut off past its lease and its timeout is cancelled by
                 # Temporal the moment it talks to it again, often before its renewal or its
                 # commit could notice: the release is where it learns the lease was taken.
@@ -359,6 +359,18 @@ class GuardedRun:
             return outcome
         async with own_statements(self._pool) as conn:
             return await commit_run(conn, record)
+
+    async def _lost_at_release(self, record: CommitRecord, phase: str) -> bool:
+        """A release found another token on the lock: was our lease taken? Not if our commit
+        landed before the cancellation did: the commit released the lock itself, and a later
+        fire of the schedule may hold it by now."""
+        if phase != "commit":
+            return True
+        try:
+            async with own_statements(self._pool) as conn:
+                return await outbox.committed_token(conn, record.logical_key) != record.token
+        except _DB_ERRORS:
+            return True
 
     async def _renew_lease(
         self,

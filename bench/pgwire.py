@@ -29,7 +29,14 @@ def _cstrings(payload: bytes, count: int) -> list[str]:
 class WireReader:
     """Parses the client-to-server byte stream of ONE connection, message by message."""
 
-    def __init__(self, on_round_trip: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        on_round_trip: Callable[[str], None],
+        *,
+        on_message: Callable[[str, bytes], None] | None = None,
+    ) -> None:
+        # Sees every message after startup (type, body), before it is interpreted.
+        self._on_message = on_message
         self._buf = bytearray()
         self._started = False
         self._statements: dict[str, str] = {}
@@ -62,6 +69,8 @@ class WireReader:
             self._message(kind, payload)
 
     def _message(self, kind: str, payload: bytes) -> None:
+        if self._on_message is not None:
+            self._on_message(kind, payload)
         if kind == "P":
             name, query = _cstrings(payload, 2)
             self._statements[name] = query
@@ -120,12 +129,17 @@ class RoundTripProxy:
     def _count(self, query: str) -> None:
         self.counts[self._label(query)] += 1
 
+    def _observers(self) -> tuple[Callable[[bytes], None], Callable[[bytes], None] | None]:
+        """What sees one connection's client bytes and server bytes, each before it is
+        forwarded. An observer that raises ConnectionError ends the connection there."""
+        return WireReader(self._count).feed, None
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self._target)
-        wire = WireReader(self._count)
+        from_client, from_server = self._observers()
         pumps = [
-            asyncio.create_task(_pump(reader, up_writer, wire.feed)),
-            asyncio.create_task(_pump(up_reader, writer, None)),
+            asyncio.create_task(_pump(reader, up_writer, from_client)),
+            asyncio.create_task(_pump(up_reader, writer, from_server)),
         ]
         for task in pumps:
             self._tasks.add(task)

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
+from tests.faults.one_key import one_key  # noqa: F401  (fixture for the scenarios)
 from tests.faults.tally import FaultRow, render
+from tests.faults.worker_process import start_worker  # noqa: F401  (fixture for the scenarios)
 from tests.integration.conftest import (  # noqa: F401  (fixtures, re-bound to the servers below)
     cli_env,
     client,

@@ -15,6 +15,17 @@ from tests.faults.counts import tally
 from tests.faults.tally import FaultRow
 from tests.integration.conftest import fetch
 from tests.integration.test_guard import FIRE, start_run
+from tests.integration.test_worker_process import committed_attempts
+
+
+async def outbox_of(pool: asyncpg.Pool, key: str) -> list[tuple[int, int]]:
+    """(attempt, fencing token) of `key`'s outbox record, if any."""
+    rows = await fetch(
+        pool,
+        "SELECT attempt, fencing_token FROM cronwarden.outbox WHERE logical_key = $1",
+        key,
+    )
+    return [(r["attempt"], r["fencing_token"]) for r in rows]
 
 
 @dataclass
@@ -35,15 +46,10 @@ class OneKey:
 
     async def outbox(self) -> list[tuple[int, int]]:
         """(attempt, fencing token) of the key's outbox record, if any."""
-        rows = await fetch(
-            self.pool,
-            "SELECT attempt, fencing_token FROM cronwarden.outbox WHERE logical_key = $1",
-            self.key,
-        )
-        return [(r["attempt"], r["fencing_token"]) for r in rows]
+        return await outbox_of(self.pool, self.key)
 
     async def committed_attempts(self) -> list[int]:
-        return [attempt for attempt, _ in await self.outbox()]
+        return await committed_attempts(self.pool, self.key)
 
     async def effect_attempts(self) -> list[int]:
         """The attempt that wrote each effect row of the key."""

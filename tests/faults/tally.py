@@ -31,7 +31,8 @@ class FaultRow:
     effect_rows: int
     duplicate_effects: int
     missing_unlisted: int
-    pages: int = 0
+    pages: int | None = None
+    """Pages the monitor sent; None (`-`) for a scenario that runs no monitor."""
     checks_failed: list[str] = field(default_factory=list)
     """Scenario-specific expectations that did not hold (e.g. `lease-lost not logged`)."""
 
@@ -49,7 +50,7 @@ class FaultRow:
             str(self.effect_rows),
             str(self.duplicate_effects),
             str(self.missing_unlisted),
-            str(self.pages),
+            "-" if self.pages is None else str(self.pages),
             self.verdict,
         ]
 

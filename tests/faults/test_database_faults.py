@@ -21,11 +21,9 @@ from schedules.backfill import load_managed, plan
 from schedules.window import Window
 from tests.faults.commit_cutter import CommitCutter
 from tests.faults.counts import check, tally, within
-from tests.faults.one_key import OneKey
-from tests.faults.one_key import one_key as one_key
+from tests.faults.one_key import OneKey, outbox_of
 from tests.faults.tally import FaultRow
 from tests.faults.worker_process import StartWorker, WorkerProcess
-from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_scheduled_runs import definition
 
@@ -49,14 +47,16 @@ async def run_through_cutter(
     async def start(mode: Literal["before", "after"]) -> tuple[CommitCutter, WorkerProcess]:
         cutter = CommitCutter(postgres_server.host, postgres_server.port, mode=mode)
         cutters.append(cutter)
-        port = await cutter.start()
-        # sslmode=disable: the proxy reads the protocol, so it must stay in clear text.
-        dsn = database.replace(f":{postgres_server.port}/", f":{port}/") + "?sslmode=disable"
-        return cutter, start_worker(CRONWARDEN_DATABASE_URL=dsn)
+        await cutter.start()
+        worker = start_worker(CRONWARDEN_DATABASE_URL=cutter.proxied(database))
+        # Only the runs' COMMITs, none the worker may issue while starting.
+        await worker.wait_event("worker.started", timeout=60)
+        cutter.armed = True
+        return cutter, worker
 
     yield start
     for cutter in cutters:
-        await cutter.close()
+        await cutter.stop()
 
 
 async def test_a_connection_cut_before_commit_reaches_the_server_is_retried_and_applies_once(
@@ -154,20 +154,25 @@ async def test_runs_complete_after_postgres_restarts_under_a_running_worker(
             what="a first committed fire",
         )
 
-        async def mid_run() -> bool:
+        async def mid_run() -> Any:
+            # Taken within the last 0.3 s by a run that sleeps 1 s: still running at the stop.
             rows = await fetch(
                 pool,
-                "SELECT 1 FROM cronwarden.locks WHERE schedule_id = $1 AND holder IS NOT NULL",
+                "SELECT logical_key, token FROM cronwarden.locks"
+                " WHERE schedule_id = $1 AND holder IS NOT NULL"
+                "   AND acquired_at > now() - interval '300 milliseconds'",
                 schedule_id,
             )
-            return bool(rows)
+            return rows[0] if rows else None
 
-        await wait_for(mid_run, timeout=30, what="a run holding its lease", interval=0.05)
+        in_flight = await wait_for(
+            mid_run, timeout=30, what="a run that just took its lease", interval=0.05
+        )
         # Stopped, then started only once a run has failed on the missing database: the
         # restart provably hits a run, however fast the server comes back.
         await asyncio.to_thread(postgres_server.stop)
         try:
-            await wait_for(
+            failed = await within(
                 lambda: _a_run_failed_an_attempt(client, schedule_id),
                 timeout=30,
                 what="a run to fail while Postgres is down",
@@ -198,7 +203,7 @@ async def test_runs_complete_after_postgres_restarts_under_a_running_worker(
         async def all_closed() -> bool:
             return WorkflowExecutionStatus.RUNNING not in await statuses()
 
-        await wait_for(all_closed, timeout=60, what="the schedule's runs to finish")
+        finished = await within(all_closed, timeout=60, what="the schedule's runs to finish")
         closed = await statuses()
         managed = await load_managed(client, schedule_id)
         listed = await plan(client, pool, managed, Window(managed.created_at, last_fire))
@@ -217,6 +222,15 @@ async def test_runs_complete_after_postgres_restarts_under_a_running_worker(
         pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1 AND attempt > 1", schedule_id
     )
     check(checks, bool(retried), "no run failed during the outage and committed on a retry")
+    check(checks, failed is not None, "no run failed an attempt while Postgres was down")
+    # The run in flight at the stop died there; its fire was committed by a later attempt.
+    died = await outbox_of(pool, in_flight["logical_key"])
+    check(
+        checks,
+        len(died) == 1 and (died[0][0] > 1 or died[0][1] != in_flight["token"]),
+        f"the run in flight at the stop ({dict(in_flight)}) was not retried: outbox {died}",
+    )
+    check(checks, finished is not None, "the schedule's runs did not all finish")
     check(checks, worker.proc.poll() is None, "the worker process died")
     check(checks, len(worker.events("worker.started")) == 1, "the worker restarted")
     check(checks, after is not None, "no two fires committed after the restart")

@@ -14,9 +14,7 @@ from activities.guard import GuardedRun
 from tests.faults.counts import check
 from tests.faults.exit_after_commit import EXIT_CODE
 from tests.faults.one_key import OneKey
-from tests.faults.one_key import one_key as one_key
 from tests.faults.worker_process import StartWorker
-from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import wait_for
 from tests.integration.test_guard import lease_holder
 
@@ -73,6 +71,64 @@ async def test_a_worker_killed_after_commit_leaves_its_retry_nothing_to_do(
     assert await one_key.effect_attempts() == [1]
 
 
+async def test_a_holder_frozen_at_its_commit_is_fenced_off_by_the_taker_of_its_lease(
+    one_key: OneKey, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    # The freeze lands inside attempt 1's open transaction (its effect written), right before
+    # its commit statement; it lasts until attempt 2 holds the lease on another worker, where a
+    # gate keeps it from committing. Thawed, the holder runs its commit statement while the
+    # taker holds the lease: only the fencing check stands between it and a second effect.
+    holder = start_worker(
+        CRONWARDEN_JOBS="tests.jobs,tests.faults.freeze_before_commit",
+        CRONWARDEN_MAX_CONCURRENT_RUNS="1",
+    )
+    gate = tmp_path / "gate"
+    gate.touch()
+    lock_ttl, timeout = 3, 6
+    handle = await one_key.start(
+        job="gated", args={"gate": str(gate)}, lock_ttl=lock_ttl, timeout=timeout
+    )
+    frozen = await holder.wait_event("test.freezing", timeout=60)
+    stale_token = (await lease_holder(one_key.pool, f"schedule:{one_key.schedule_id}"))["token"]
+    # Closed for the taker: it takes the lease, then waits here without committing.
+    gate.unlink()
+    taker = start_worker()
+    await taker.wait_event("run.started", timeout=60)
+    taker_token = (await lease_holder(one_key.pool, f"schedule:{one_key.schedule_id}"))["token"]
+    holder.signal(signal.SIGCONT)
+    thawed = await holder.maybe_event("test.thawed", timeout=30)
+    returned = await holder.maybe_event("test.commit-returned", timeout=30)
+    lost = await holder.maybe_event("run.lease-lost", timeout=30)
+    committed_while_taker_gated = await one_key.committed_attempts()
+    gate.touch()
+    outcome = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
+
+    checks: list[str] = []
+    check(checks, frozen["in_transaction"], "the holder froze outside its transaction")
+    frozen_for = thawed["frozen_seconds"] if thawed else 0
+    check(
+        checks,
+        frozen_for > max(lock_ttl, timeout),
+        f"frozen {frozen_for:.1f} s, not past the TTL ({lock_ttl} s) and timeout ({timeout} s)",
+    )
+    check(checks, taker_token != stale_token, "the taker did not take the lease over")
+    check(
+        checks,
+        returned is not None and not returned["fenced"] and not returned["recorded"],
+        f"the thawed holder's commit was not fenced off: {returned}",
+    )
+    check(checks, lost is not None, "the thawed holder did not log run.lease-lost")
+    check(
+        checks,
+        committed_while_taker_gated == [],
+        f"committed while the taker held the lease: {committed_while_taker_gated}",
+    )
+    check(checks, (outcome.outcome, outcome.attempt) == (RAN, 2), f"the taker gave {outcome}")
+    check(checks, await one_key.committed_attempts() == [2], "the outbox is not the taker's")
+    await one_key.tally("2a holder frozen at its commit, thawed while the taker holds", checks)
+    assert await one_key.effect_attempts() == [2]
+
+
 async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_once_thawed(
     one_key: OneKey, start_worker: StartWorker, tmp_path: Path
 ) -> None:
@@ -112,7 +168,7 @@ async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_o
     check(checks, not stale.events("run.committed"), "the stale holder logged a commit")
     check(checks, await one_key.committed_attempts() == [2], "the outbox is not the taker's")
     check(checks, stale.proc.poll() is None, "the stale worker died instead of carrying on")
-    await one_key.tally("2 lease holder SIGSTOPped past TTL and timeout", checks)
+    await one_key.tally("2b holder frozen mid-job, thawed after the taker committed", checks)
     assert await one_key.effect_attempts() == [2]
 
 
@@ -120,8 +176,7 @@ async def test_fifty_concurrent_executions_of_one_key_commit_once(
     one_key: OneKey, start_worker: StartWorker
 ) -> None:
     # Two worker processes, so the race is between processes, not only inside one pool.
-    start_worker()
-    start_worker()
+    workers = [start_worker(), start_worker()]
     handles = await asyncio.gather(*(one_key.start(args={"sleep": 0.5}) for _ in range(50)))
     outcomes = await asyncio.wait_for(
         asyncio.gather(*(h.result() for h in handles)), RESULT_TIMEOUT
@@ -135,6 +190,11 @@ async def test_fifty_concurrent_executions_of_one_key_commit_once(
         kinds[ALREADY_DONE] + kinds[OVERLAP_LOCKED] == 49,
         f"outcomes other than already-done or overlap-locked: {dict(kinds)}",
     )
+    # Overlap-locked proves two executions were inside the guard at the same time.
+    check(checks, kinds[OVERLAP_LOCKED] >= 1, "no execution found the key's lease held")
+    outcome_events = ("run.committed", "run.already-done", "run.overlap-locked")
+    idle = [w.pid for w in workers if not any(w.events(e) for e in outcome_events)]
+    check(checks, not idle, f"worker processes that ran none of the executions: {idle}")
     row = await one_key.tally(
         f"3 50 concurrent runs of one key: {kinds[RAN]} ran, "
         f"{kinds[ALREADY_DONE]} already-done, {kinds[OVERLAP_LOCKED]} overlap-locked",

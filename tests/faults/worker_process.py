@@ -96,9 +96,8 @@ class WorkerProcess:
         os.kill(self.pid, sig)
 
     def stop(self) -> None:
-        """Tear down: resume a stopped process first, or SIGKILL would wait on nothing."""
+        """Tear down: SIGKILL, which ends a stopped (SIGSTOP) process too, with no SIGCONT."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
             self.proc.kill()
             self.proc.wait(timeout=10)
         self._reader.join(timeout=10)
@@ -119,5 +118,12 @@ def start_worker(cli_env: dict[str, str]) -> Iterator[StartWorker]:
         return worker
 
     yield start
+    # Every worker is killed even if stopping one raises; the first error is raised after.
+    errors: list[Exception] = []
     for worker in started:
-        worker.stop()
+        try:
+            worker.stop()
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

@@ -7,7 +7,8 @@ import asyncio
 import hashlib
 import json
 import uuid
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -17,8 +18,10 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.worker import Worker
 
 from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN, RunOutcome, logical_key
+from activities.guard import GuardedRun
 from activities.jobs import REGISTRY, JobRegistry
 from store import locks
+from store.runs import CommitRecord, commit_run
 from tests.integration.conftest import fetch, in_process_worker, wait_for
 from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 
@@ -392,3 +395,41 @@ async def test_a_commit_on_a_dropped_connection_is_retried_and_applies_once(
         if e.HasField("activity_task_started_event_attributes")
     ]
     assert started[-1].last_failure.application_failure_info.type == "CommitFailed"
+
+
+async def test_a_release_after_its_own_commit_is_not_taken_for_a_lost_lease(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    # A cancellation that arrives after COMMIT landed still releases: by then a later fire of
+    # the schedule may hold the lock the commit freed, and the release finds its token.
+    lock, key = f"schedule:{schedule_id}", logical_key(schedule_id, FIRE)
+    async with pool.acquire() as conn:
+        got = await locks.acquire(conn, name=lock, holder="run", ttl_seconds=60, logical_key=key)
+        assert got.token is not None
+        record = CommitRecord(
+            lock_name=lock,
+            token=got.token,
+            logical_key=key,
+            schedule_id=schedule_id,
+            fire_time=FIRE,
+            result=None,
+            attempt=1,
+            worker="w",
+            args_digest=digest({}),
+            workflow_id=None,
+            run_id=None,
+            next_expected_at=None,
+            grace=timedelta(seconds=60),
+            write_heartbeat=False,
+        )
+        assert (await commit_run(conn, record)).recorded
+        later = await locks.acquire(
+            conn, name=lock, holder="later", ttl_seconds=60, logical_key=f"{schedule_id}@later"
+        )
+        assert later.token is not None
+    guard = GuardedRun(pool=pool, registry=REGISTRY, client=None, worker_identity="w")
+    assert await guard._release(record, None) is False
+    assert not await guard._lost_at_release(record, "commit")
+    # Before the commit phase, or with no commit of its own, the lease was taken.
+    assert await guard._lost_at_release(record, "job")
+    assert await guard._lost_at_release(replace(record, logical_key=f"{key}-other"), "commit")
