@@ -1,0 +1,207 @@
+"""What the schedule-level fault scenarios share: a worker subprocess whose log is kept, and one
+`FaultRow` of a schedule's fires (expected, committed, applied, listed by `backfill plan`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import pytest_asyncio
+from temporalio.client import ScheduleHandle
+
+from activities.contract import logical_key
+from tests.faults.tally import FaultRow, effects_of, missing_and_unlisted, outbox_keys
+from tests.integration.conftest import wait_for
+from tests.integration.test_backfill import cli_json, every_two_seconds, iso
+from tests.integration.test_monitor import (  # noqa: F401  (receiver is a fixture)
+    env_for,
+    receiver,
+    settings_for,
+    start_monitor,
+)
+from tests.integration.test_worker_process import start_worker_process
+from tests.receiver import Receiver
+
+
+class LoggedWorker:
+    """A `cronwarden worker` subprocess. Its output is read for its whole life, by a thread: a
+    pipe nobody reads fills up, and a worker blocked on it looks exactly like a hung worker."""
+
+    def __init__(self, env: dict[str, str], *, graceful: float = 5) -> None:
+        self.proc = start_worker_process(env, graceful=graceful)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.lines.append(raw.decode(errors="replace"))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in list(self.lines):
+            if line.startswith("{"):
+                event = json.loads(line)
+                if event.get("event") == name:
+                    found.append(event)
+        return found
+
+    async def started(self) -> None:
+        """Wait until it polls: a schedule applied before would fire into an empty queue, and
+        its next fires would be overlap-skipped, muddling the counts."""
+
+        async def polling() -> bool:
+            return bool(self.events("worker.started")) or not self.alive
+
+        await wait_for(polling, timeout=60, what="the worker to start")
+        assert self.alive, self.output()
+
+    def kill(self) -> None:
+        if self.alive:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self._reader.join(timeout=10)
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+
+async def committed_fires(pool: asyncpg.Pool, schedule_id: str) -> list[asyncpg.Record]:
+    async with pool.acquire() as conn:
+        rows: list[asyncpg.Record] = await conn.fetch(
+            "SELECT logical_key, fire_time, committed_at, worker FROM cronwarden.outbox"
+            " WHERE schedule_id = $1 ORDER BY fire_time",
+            schedule_id,
+        )
+    return rows
+
+
+async def fires_after(pool: asyncpg.Pool, schedule_id: str, moment: datetime, n: int) -> bool:
+    """At least `n` fires after `moment` committed."""
+    rows = await committed_fires(pool, schedule_id)
+    return len([r for r in rows if r["fire_time"] > moment]) >= n
+
+
+async def listed_by_plan(
+    env: dict[str, str], schedule_id: str, start: datetime, end: datetime
+) -> set[str]:
+    """The keys `backfill plan` reports missing in the window (through the CLI, as an operator
+    would run it)."""
+    window = ["--start", iso(start), "--end", iso(end)]
+    plan = await cli_json(env, "backfill", "plan", schedule_id, *window)
+    return set(plan["missing_keys"])
+
+
+@dataclass(frozen=True)
+class Fires:
+    """A paused `every: 2s` schedule's fires, from its creation to its last commit."""
+
+    schedule_id: str
+    created_at: datetime
+    rows: list[asyncpg.Record]
+    """Its outbox records, oldest first."""
+    expected: set[datetime]
+    listed: set[str]
+    """What `backfill plan` lists as missing, asked once the schedule was paused."""
+
+    @property
+    def end(self) -> datetime:
+        last: datetime = self.rows[-1]["fire_time"]
+        return last
+
+    @property
+    def expected_keys(self) -> set[str]:
+        return {logical_key(self.schedule_id, t) for t in self.expected}
+
+    @property
+    def uncommitted(self) -> set[str]:
+        return self.expected_keys - {r["logical_key"] for r in self.rows}
+
+
+async def freeze(
+    handle: ScheduleHandle, pool: asyncpg.Pool, env: dict[str, str], created_at: datetime
+) -> Fires:
+    """Pause the schedule, so the window stops moving, and take stock of it."""
+    await handle.pause(note="test: freeze the window")
+    rows = await committed_fires(pool, handle.id)
+    end = max(r["fire_time"] for r in rows)
+    listed = await listed_by_plan(env, handle.id, created_at, end)
+    return Fires(handle.id, created_at, rows, every_two_seconds(created_at, end), listed)
+
+
+async def fire_row(
+    pool: asyncpg.Pool,
+    fires: Fires,
+    *,
+    scenario: str,
+    pages: int = 0,
+    checks_failed: list[str] | None = None,
+) -> FaultRow:
+    """One row of the table for a schedule: every committed key that is not an expected fire
+    (a key derived from the wrong clock, say) is a failed check of its own."""
+    expected = fires.expected_keys
+    async with pool.acquire() as conn:
+        committed = await outbox_keys(conn, fires.schedule_id)
+        effects = await effects_of(conn, fires.schedule_id)
+    checks = list(checks_failed or [])
+    extra = sorted(committed - expected)
+    if extra:
+        checks.append(f"{len(extra)} committed keys are no expected fire: {extra[:3]}")
+    return FaultRow(
+        scenario=scenario,
+        fires_expected=len(expected),
+        outbox_rows=len(committed),
+        effect_rows=effects.rows,
+        duplicate_effects=effects.duplicates,
+        missing_unlisted=len(missing_and_unlisted(expected, committed, fires.listed)),
+        pages=pages,
+        checks_failed=checks,
+    )
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A `cronwarden monitor` subprocess (real clock, a pass every 0.2 s) and the receiver it
+    pages."""
+
+    proc: asyncio.subprocess.Process
+    receiver: Receiver
+
+    async def stop(self) -> int:
+        """SIGTERM; its exit code."""
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), timeout=30)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def watch(
+    database: str,
+    receiver: Receiver,  # noqa: F811
+) -> AsyncIterator[Watch]:
+    watching = Watch(await start_monitor(env_for(settings_for(database, receiver))), receiver)
+    try:
+        yield watching
+    finally:
+        await watching.stop()
+
+
+async def monitor_passes(pool: asyncpg.Pool) -> int:
+    """Passes completed by every monitor over this database so far."""
+    async with pool.acquire() as conn:
+        passes: int = await conn.fetchval(
+            "SELECT coalesce(sum(passes), 0)::int FROM cronwarden.monitor_state"
+        )
+    return passes
