@@ -7,7 +7,7 @@ import asyncio
 import json
 import signal
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -76,6 +76,16 @@ class LoggedWorker:
 
     def output(self) -> str:
         return "".join(self.lines)
+
+
+async def came_true(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str) -> bool:
+    """`wait_for` for an expectation the scenario tallies before asserting: False at the
+    deadline instead of an error, so the table still gets its row."""
+    try:
+        await wait_for(check, timeout=timeout, what=what)
+    except AssertionError:
+        return False
+    return True
 
 
 async def committed_fires(pool: asyncpg.Pool, schedule_id: str) -> list[asyncpg.Record]:

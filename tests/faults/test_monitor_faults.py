@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from monitor.sinks.webhook import DELIVERY_HEADER
-from tests.faults.fires import Watch, monitor_passes
+from tests.faults.fires import Watch, came_true, monitor_passes
 from tests.faults.tally import FaultRow
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_monitor import (  # noqa: F401  (receiver is a fixture)
@@ -76,7 +76,7 @@ async def test_two_monitors_one_killed_mid_send_and_a_failing_sink_page_each_inc
             rows = await fetch(pool, "SELECT delivered_at FROM cronwarden.notifications")
             return len(rows) == INCIDENTS and all(r["delivered_at"] for r in rows)
 
-        await wait_for(all_delivered, timeout=60, what="every page delivered")
+        delivered = await came_true(all_delivered, timeout=60, what="every page delivered")
         passes = await monitor_passes(pool)
 
         async def more_passes() -> bool:
@@ -101,6 +101,8 @@ async def test_two_monitors_one_killed_mid_send_and_a_failing_sink_page_each_inc
     )
     failed = [r for r in requests if r.status is not None and r.status >= 500]
     checks = []
+    if not delivered:
+        checks.append("not every page was delivered")
     if paged != {i["id"] for i in incidents} or len(incidents) != INCIDENTS:
         checks.append(f"incidents {sorted(i['id'] for i in incidents)}, paged {sorted(paged)}")
     if len(deliveries) != INCIDENTS:

@@ -21,6 +21,7 @@ from schedules.replay import REPLAYED
 from tests.faults.fires import (  # noqa: F401  (watch is a fixture)
     LoggedWorker,
     Watch,
+    came_true,
     fire_row,
     fires_after,
     freeze,
@@ -78,7 +79,9 @@ async def test_an_outage_of_every_worker_pages_within_grace_and_backfill_closes_
             return bool(events(watch.receiver, event="trigger"))
 
         # The deadline is the schedule's own: its next fire, plus the grace, plus a few passes.
-        await wait_for(paged, timeout=2 + GRACE.seconds + 20, what="the page for the outage")
+        paged_in_time = await came_true(
+            paged, timeout=2 + GRACE.seconds + 20, what="the page for the outage"
+        )
         await wait_for(
             lambda: clock_past(down_at + CATCHUP + 2 * GRACE),
             timeout=CATCHUP.seconds + 20,
@@ -93,7 +96,7 @@ async def test_an_outage_of_every_worker_pages_within_grace_and_backfill_closes_
         async def resolved() -> bool:
             return bool(events(watch.receiver, event="resolve"))
 
-        await wait_for(resolved, timeout=30, what="the incident to resolve")
+        recovered = await came_true(resolved, timeout=30, what="the incident to resolve")
         # Stopped before the pause: a paused schedule's heartbeat goes overdue again.
         monitor_exit = await watch.stop()
         fires = await freeze(handle, pool, cli_env, created_at)
@@ -111,6 +114,10 @@ async def test_an_outage_of_every_worker_pages_within_grace_and_backfill_closes_
     triggers = events(watch.receiver, event="trigger")
     lost = fires.uncommitted
     checks = []
+    if not paged_in_time:
+        checks.append("no page within the grace (plus a few passes)")
+    if not recovered:
+        checks.append("the incident did not resolve after the recovery")
     if paged_while_up:
         checks.append("paged while the worker was up")
     if len(lost) < 3:
