@@ -143,8 +143,14 @@ class Fires:
 async def freeze(
     handle: ScheduleHandle, pool: asyncpg.Pool, env: dict[str, str], created_at: datetime
 ) -> Fires:
-    """Pause the schedule, so the window stops moving, and take stock of it."""
+    """Pause the schedule and let its last run finish, so the window stops moving, then take
+    stock of it. (A run still in flight would commit a key after the count.)"""
     await handle.pause(note="test: freeze the window")
+
+    async def settled() -> bool:
+        return not (await handle.describe()).info.running_actions
+
+    await wait_for(settled, timeout=60, what="the schedule's last run to finish")
     rows = await committed_fires(pool, handle.id)
     end = max(r["fire_time"] for r in rows)
     listed = await listed_by_plan(env, handle.id, created_at, end)
