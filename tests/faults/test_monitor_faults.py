@@ -122,7 +122,7 @@ async def test_two_monitors_one_killed_mid_send_and_a_failing_sink_page_each_inc
         effect_rows=0,
         duplicate_effects=0,
         missing_unlisted=0,
-        pages=len(deliveries),
+        pages=len(accepted),
         checks_failed=checks,
     )
     fault_table.append(row)
