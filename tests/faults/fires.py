@@ -1,91 +1,26 @@
-"""What the schedule-level fault scenarios share: a worker subprocess whose log is kept, and one
-`FaultRow` of a schedule's fires (expected, committed, applied, listed by `backfill plan`)."""
+"""What the schedule-level fault scenarios (6-9) share: a schedule's fires, frozen and counted
+into one `FaultRow` (expected, committed, applied, listed by `backfill plan`), and a monitor
+subprocess paging a local receiver."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 import pytest_asyncio
 from temporalio.client import ScheduleHandle
 
 from activities.contract import logical_key
-from tests.faults.tally import FaultRow, effects_of, missing_and_unlisted, outbox_keys
+from tests.faults.counts import count_row
+from tests.faults.tally import FaultRow, outbox_keys
 from tests.integration.conftest import wait_for
 from tests.integration.test_backfill import cli_json, every_two_seconds, iso
-from tests.integration.test_monitor import (  # noqa: F401  (receiver is a fixture)
-    env_for,
-    receiver,
-    settings_for,
-    start_monitor,
-)
-from tests.integration.test_worker_process import start_worker_process
+from tests.integration.test_monitor import env_for, settings_for, start_monitor
 from tests.receiver import Receiver
-
-
-class LoggedWorker:
-    """A `cronwarden worker` subprocess. Its output is read for its whole life, by a thread: a
-    pipe nobody reads fills up, and a worker blocked on it looks exactly like a hung worker."""
-
-    def __init__(self, env: dict[str, str], *, graceful: float = 5) -> None:
-        self.proc = start_worker_process(env, graceful=graceful)
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in iter(self.proc.stdout.readline, b""):
-            self.lines.append(raw.decode(errors="replace"))
-
-    @property
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        found = []
-        for line in list(self.lines):
-            if line.startswith("{"):
-                event = json.loads(line)
-                if event.get("event") == name:
-                    found.append(event)
-        return found
-
-    async def started(self) -> None:
-        """Wait until it polls: a schedule applied before would fire into an empty queue, and
-        its next fires would be overlap-skipped, muddling the counts."""
-
-        async def polling() -> bool:
-            return bool(self.events("worker.started")) or not self.alive
-
-        await wait_for(polling, timeout=60, what="the worker to start")
-        assert self.alive, self.output()
-
-    def kill(self) -> None:
-        if self.alive:
-            self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        self._reader.join(timeout=10)
-
-    def output(self) -> str:
-        return "".join(self.lines)
-
-
-async def came_true(check: Callable[[], Awaitable[Any]], *, timeout: float, what: str) -> bool:
-    """`wait_for` for an expectation the scenario tallies before asserting: False at the
-    deadline instead of an error, so the table still gets its row."""
-    try:
-        await wait_for(check, timeout=timeout, what=what)
-    except AssertionError:
-        return False
-    return True
 
 
 async def committed_fires(pool: asyncpg.Pool, schedule_id: str) -> list[asyncpg.Record]:
@@ -165,26 +100,22 @@ async def fire_row(
     pages: int = 0,
     checks_failed: list[str] | None = None,
 ) -> FaultRow:
-    """One row of the table for a schedule: every committed key that is not an expected fire
+    """One row of the table for a schedule. Every committed key that is not an expected fire
     (a key derived from the wrong clock, say) is a failed check of its own."""
-    expected = fires.expected_keys
-    async with pool.acquire() as conn:
-        committed = await outbox_keys(conn, fires.schedule_id)
-        effects = await effects_of(conn, fires.schedule_id)
     checks = list(checks_failed or [])
-    extra = sorted(committed - expected)
+    async with pool.acquire() as conn:
+        extra = sorted(await outbox_keys(conn, fires.schedule_id) - fires.expected_keys)
     if extra:
         checks.append(f"{len(extra)} committed keys are no expected fire: {extra[:3]}")
-    return FaultRow(
+    row = await count_row(
+        pool,
         scenario=scenario,
-        fires_expected=len(expected),
-        outbox_rows=len(committed),
-        effect_rows=effects.rows,
-        duplicate_effects=effects.duplicates,
-        missing_unlisted=len(missing_and_unlisted(expected, committed, fires.listed)),
-        pages=pages,
-        checks_failed=checks,
+        schedule_id=fires.schedule_id,
+        expected=fires.expected_keys,
+        listed=fires.listed,
+        checks=checks,
     )
+    return replace(row, pages=pages)
 
 
 @dataclass(frozen=True)
@@ -205,7 +136,7 @@ class Watch:
 @pytest_asyncio.fixture(loop_scope="session")
 async def watch(
     database: str,
-    receiver: Receiver,  # noqa: F811
+    receiver: Receiver,
 ) -> AsyncIterator[Watch]:
     watching = Watch(await start_monitor(env_for(settings_for(database, receiver))), receiver)
     try:

@@ -16,18 +16,13 @@ from temporalio.client import Client
 
 from activities.contract import format_fire_time
 from schedules.apply import apply_definitions
-from tests.faults.fires import (  # noqa: F401  (watch is a fixture)
-    LoggedWorker,
-    Watch,
-    fire_row,
-    fires_after,
-    freeze,
-    monitor_passes,
-    watch,
-)
+from tests.faults.fires import Watch, fire_row, fires_after, freeze, monitor_passes
+from tests.faults.fires import watch as watch
 from tests.faults.tally import FaultRow
+from tests.faults.worker_process import StartWorker
+from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import REPO_ROOT, fetch, wait_for
-from tests.integration.test_monitor import receiver  # noqa: F401  (a fixture)
+from tests.integration.test_monitor import receiver as receiver
 from tests.integration.test_scheduled_runs import definition
 
 pytestmark = pytest.mark.integration
@@ -39,44 +34,40 @@ FIVE_MINUTES = 300.0
 @pytest.mark.parametrize("skew", [FIVE_MINUTES, -FIVE_MINUTES], ids=["fast", "slow"])
 async def test_a_worker_with_a_skewed_clock_adds_no_key_and_causes_no_page(
     skew: float,
-    watch: Watch,  # noqa: F811
+    watch: Watch,
     fault_table: list[FaultRow],
     pool: asyncpg.Pool,
     client: Client,
     schedule_id: str,
     task_queue: str,
     cli_env: dict[str, str],
+    start_worker: StartWorker,
 ) -> None:
     # The monitor runs on the real clock from the start: a false page would come while the runs
     # are healthy. The grace is far below the skew: any deadline taken from the worker's clock
     # pages at once.
-    skewed_env = cli_env | {
-        "PYTHONPATH": f"{SKEWED_CLOCK}:{REPO_ROOT}",
-        "CRONWARDEN_TEST_CLOCK_SKEW_SECONDS": str(skew),
-    }
-    worker = LoggedWorker(skewed_env)
+    worker = start_worker(
+        PYTHONPATH=f"{SKEWED_CLOCK}:{REPO_ROOT}", CRONWARDEN_TEST_CLOCK_SKEW_SECONDS=str(skew)
+    )
     handle = client.get_schedule_handle(schedule_id)
-    try:
-        await worker.started()
-        defn = definition(schedule_id, every="2s", heartbeat_grace="10s")
-        await apply_definitions(client, pool, [defn], task_queue=task_queue)
-        created_at = (await handle.describe()).info.created_at
-        await wait_for(
-            lambda: fires_after(pool, schedule_id, created_at, 5),
-            timeout=40,
-            what="five fires on the skewed worker",
-        )
-        passes = await monitor_passes(pool)
+    await worker.wait_event("worker.started", timeout=60)
+    defn = definition(schedule_id, every="2s", heartbeat_grace="10s")
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    created_at = (await handle.describe()).info.created_at
+    await wait_for(
+        lambda: fires_after(pool, schedule_id, created_at, 5),
+        timeout=40,
+        what="five fires on the skewed worker",
+    )
+    passes = await monitor_passes(pool)
 
-        async def watched() -> bool:
-            return await monitor_passes(pool) >= passes + 5
+    async def watched() -> bool:
+        return await monitor_passes(pool) >= passes + 5
 
-        # Several more monitor passes, over fires still coming in.
-        await wait_for(watched, timeout=30, what="monitor passes while the runs are healthy")
-        fires = await freeze(handle, pool, cli_env, created_at)
-        monitor_exit = await watch.stop()
-    finally:
-        worker.kill()
+    # Several more monitor passes, over fires still coming in.
+    await wait_for(watched, timeout=30, what="monitor passes while the runs are healthy")
+    fires = await freeze(handle, pool, cli_env, created_at)
+    monitor_exit = await watch.stop()
 
     # The job stamps its effect with the worker's clock, Postgres with its own: the difference
     # shows the skew really was in the worker.
@@ -113,4 +104,4 @@ async def test_a_worker_with_a_skewed_clock_adds_no_key_and_causes_no_page(
     assert row.duplicate_effects == 0
     assert row.missing_unlisted == 0
     assert row.pages == 0
-    assert row.checks_failed == [], worker.output()[-4000:]
+    assert row.checks_failed == [], worker.output[-4000:]

@@ -17,16 +17,12 @@ import asyncpg
 import pytest
 
 from monitor.sinks.webhook import DELIVERY_HEADER
-from tests.faults.fires import Watch, came_true, monitor_passes
+from tests.faults.counts import within
+from tests.faults.fires import Watch, monitor_passes
 from tests.faults.tally import FaultRow
 from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_monitor import (  # noqa: F401  (receiver is a fixture)
-    env_for,
-    receiver,
-    settings_for,
-    stage_many,
-    start_monitor,
-)
+from tests.integration.test_monitor import env_for, settings_for, stage_many, start_monitor
+from tests.integration.test_monitor import receiver as receiver
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -39,7 +35,7 @@ async def test_two_monitors_one_killed_mid_send_and_a_failing_sink_page_each_inc
     database: str,
     pool: asyncpg.Pool,
     schedule_id: str,
-    receiver: Receiver,  # noqa: F811
+    receiver: Receiver,
     fault_table: list[FaultRow],
 ) -> None:
     await stage_many(pool, schedule_id, INCIDENTS)
@@ -76,7 +72,7 @@ async def test_two_monitors_one_killed_mid_send_and_a_failing_sink_page_each_inc
             rows = await fetch(pool, "SELECT delivered_at FROM cronwarden.notifications")
             return len(rows) == INCIDENTS and all(r["delivered_at"] for r in rows)
 
-        delivered = await came_true(all_delivered, timeout=60, what="every page delivered")
+        delivered = await within(all_delivered, timeout=60, what="every page delivered")
         passes = await monitor_passes(pool)
 
         async def more_passes() -> bool:

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-import pytest_asyncio
 from temporalio.client import Client
 
 from cronwarden.embedded import EmbeddedTemporal
 from schedules.apply import apply_definitions
-from tests.faults.fires import LoggedWorker, fire_row, fires_after, freeze
+from tests.faults.fires import fire_row, fires_after, freeze
 from tests.faults.tally import FaultRow
+from tests.faults.worker_process import StartWorker
+from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import wait_for
 from tests.integration.test_backfill import clock_past
 from tests.integration.test_scheduled_runs import definition
@@ -34,16 +34,6 @@ pytestmark = pytest.mark.integration
 OUTAGE = timedelta(seconds=5)
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def worker_process(cli_env: dict[str, str]) -> AsyncIterator[LoggedWorker]:
-    worker = LoggedWorker(cli_env)
-    try:
-        await worker.started()
-        yield worker
-    finally:
-        worker.kill()
-
-
 async def test_fires_missed_while_temporal_restarts_run_late_once_and_the_worker_reconnects(
     client: Client,
     pool: asyncpg.Pool,
@@ -51,9 +41,11 @@ async def test_fires_missed_while_temporal_restarts_run_late_once_and_the_worker
     schedule_id: str,
     cli_env: dict[str, str],
     temporal_server: EmbeddedTemporal,
-    worker_process: LoggedWorker,
+    start_worker: StartWorker,
     fault_table: list[FaultRow],
 ) -> None:
+    worker = start_worker()
+    await worker.wait_event("worker.started", timeout=60)
     defn = definition(schedule_id, every="2s", catchup_window="1m", overlap="buffer_one")
     await apply_definitions(client, pool, [defn], task_queue=task_queue)
     handle = client.get_schedule_handle(schedule_id)
@@ -78,7 +70,7 @@ async def test_fires_missed_while_temporal_restarts_run_late_once_and_the_worker
 
     inside = {t for t in fires.expected if down_at < t <= up_at}
     late = [r for r in fires.rows if r["fire_time"] in inside]
-    own = f"{worker_process.proc.pid}@{socket.gethostname()}"
+    own = f"{worker.pid}@{socket.gethostname()}"
     after = [r for r in fires.rows if r["fire_time"] > up_at]
 
     checks = []
@@ -92,7 +84,7 @@ async def test_fires_missed_while_temporal_restarts_run_late_once_and_the_worker
     # the plan lists exactly the fires that have no outbox record.
     if fires.listed != fires.uncommitted:
         checks.append(f"backfill plan listed {sorted(fires.listed)}, not the fires never run")
-    if not worker_process.alive:
+    if worker.proc.poll() is not None:
         checks.append("the worker process exited")
     if not after or any(r["worker"] != own for r in after):
         checks.append(f"fires after the restart were not run by the same worker {own}")
@@ -103,4 +95,4 @@ async def test_fires_missed_while_temporal_restarts_run_late_once_and_the_worker
 
     assert row.duplicate_effects == 0
     assert row.missing_unlisted == 0
-    assert row.checks_failed == [], worker_process.output()[-4000:]
+    assert row.checks_failed == [], worker.output[-4000:]

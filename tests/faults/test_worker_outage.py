@@ -9,6 +9,7 @@ apply each of them once.
 
 from __future__ import annotations
 
+import signal
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -18,20 +19,16 @@ from temporalio.client import Client
 from activities.contract import ALREADY_DONE, OVERLAP_LOCKED
 from schedules.apply import apply_definitions
 from schedules.replay import REPLAYED
-from tests.faults.fires import (  # noqa: F401  (watch is a fixture)
-    LoggedWorker,
-    Watch,
-    came_true,
-    fire_row,
-    fires_after,
-    freeze,
-    listed_by_plan,
-    watch,
-)
+from tests.faults.counts import within
+from tests.faults.fires import Watch, fire_row, fires_after, freeze, listed_by_plan
+from tests.faults.fires import watch as watch
 from tests.faults.tally import FaultRow
+from tests.faults.worker_process import StartWorker
+from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_backfill import cli_json, clock_past, iso
-from tests.integration.test_monitor import events, receiver  # noqa: F401  (a fixture)
+from tests.integration.test_monitor import events
+from tests.integration.test_monitor import receiver as receiver
 from tests.integration.test_scheduled_runs import definition
 
 pytestmark = pytest.mark.integration
@@ -46,67 +43,63 @@ async def test_an_outage_of_every_worker_pages_within_grace_and_backfill_closes_
     task_queue: str,
     schedule_id: str,
     cli_env: dict[str, str],
-    watch: Watch,  # noqa: F811
+    start_worker: StartWorker,
+    watch: Watch,
     fault_table: list[FaultRow],
 ) -> None:
-    first = LoggedWorker(cli_env)
-    second: LoggedWorker | None = None
+    first = start_worker()
     handle = client.get_schedule_handle(schedule_id)
-    try:
-        await first.started()
-        defn = definition(
-            schedule_id,
-            every="2s",
-            catchup_window=f"{CATCHUP.seconds}s",
-            heartbeat_grace=f"{GRACE.seconds}s",
-            overlap="skip",
-        )
-        await apply_definitions(client, pool, [defn], task_queue=task_queue)
-        created_at = (await handle.describe()).info.created_at
-        await wait_for(
-            lambda: fires_after(pool, schedule_id, created_at, 2), timeout=30, what="two fires"
-        )
-        first.kill()
-        down_at = datetime.now(UTC)
-        paged_while_up = len(watch.receiver.at("/hook"))
-        [beat] = await fetch(
-            pool,
-            "SELECT alert_after FROM cronwarden.heartbeats WHERE schedule_id = $1",
-            schedule_id,
-        )
+    await first.wait_event("worker.started", timeout=60)
+    defn = definition(
+        schedule_id,
+        every="2s",
+        catchup_window=f"{CATCHUP.seconds}s",
+        heartbeat_grace=f"{GRACE.seconds}s",
+        overlap="skip",
+    )
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    created_at = (await handle.describe()).info.created_at
+    await wait_for(
+        lambda: fires_after(pool, schedule_id, created_at, 2), timeout=30, what="two fires"
+    )
+    first.signal(signal.SIGKILL)
+    await first.exited(timeout=10)
+    down_at = datetime.now(UTC)
+    paged_while_up = len(watch.receiver.at("/hook"))
+    [beat] = await fetch(
+        pool,
+        "SELECT alert_after FROM cronwarden.heartbeats WHERE schedule_id = $1",
+        schedule_id,
+    )
 
-        async def paged() -> bool:
-            return bool(events(watch.receiver, event="trigger"))
+    async def paged() -> bool:
+        return bool(events(watch.receiver, event="trigger"))
 
-        # The deadline is the schedule's own: its next fire, plus the grace, plus a few passes.
-        paged_in_time = await came_true(
-            paged, timeout=2 + GRACE.seconds + 20, what="the page for the outage"
-        )
-        await wait_for(
-            lambda: clock_past(down_at + CATCHUP + 2 * GRACE),
-            timeout=CATCHUP.seconds + 20,
-            what="the outage to outlast the catchup window",
-        )
-        second = LoggedWorker(cli_env)
-        up_at = datetime.now(UTC)
-        await wait_for(
-            lambda: fires_after(pool, schedule_id, up_at, 2), timeout=60, what="the recovery"
-        )
+    # The deadline is the schedule's own: its next fire, plus the grace, plus a few passes.
+    paged_in_time = await within(
+        paged, timeout=2 + GRACE.seconds + 20, what="the page for the outage"
+    )
+    await wait_for(
+        lambda: clock_past(down_at + CATCHUP + 2 * GRACE),
+        timeout=CATCHUP.seconds + 20,
+        what="the outage to outlast the catchup window",
+    )
+    start_worker()
+    up_at = datetime.now(UTC)
+    await wait_for(
+        lambda: fires_after(pool, schedule_id, up_at, 2), timeout=60, what="the recovery"
+    )
 
-        async def resolved() -> bool:
-            return bool(events(watch.receiver, event="resolve"))
+    async def resolved() -> bool:
+        return bool(events(watch.receiver, event="resolve"))
 
-        recovered = await came_true(resolved, timeout=30, what="the incident to resolve")
-        # Stopped before the pause: a paused schedule's heartbeat goes overdue again.
-        monitor_exit = await watch.stop()
-        fires = await freeze(handle, pool, cli_env, created_at)
-        window = ["--start", iso(created_at), "--end", iso(fires.end)]
-        replay = await cli_json(cli_env, "backfill", "run", schedule_id, *window, "--yes")
-        listed_after = await listed_by_plan(cli_env, schedule_id, created_at, fires.end)
-    finally:
-        first.kill()
-        if second is not None:
-            second.kill()
+    recovered = await within(resolved, timeout=30, what="the incident to resolve")
+    # Stopped before the pause: a paused schedule's heartbeat goes overdue again.
+    monitor_exit = await watch.stop()
+    fires = await freeze(handle, pool, cli_env, created_at)
+    window = ["--start", iso(created_at), "--end", iso(fires.end)]
+    replay = await cli_json(cli_env, "backfill", "run", schedule_id, *window, "--yes")
+    listed_after = await listed_by_plan(cli_env, schedule_id, created_at, fires.end)
 
     incidents = await fetch(
         pool, "SELECT * FROM cronwarden.incidents WHERE schedule_id = $1", schedule_id
