@@ -97,7 +97,7 @@ async def fire_row(
     fires: Fires,
     *,
     scenario: str,
-    pages: int = 0,
+    pages: int | None = None,
     checks_failed: list[str] | None = None,
 ) -> FaultRow:
     """One row of the table for a schedule. Every committed key that is not an expected fire
