@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 
-from bench.stack import BenchStack, boot
+from bench.stack import DEFAULT_REPEAT, BenchStack, boot
 from bench.table import Row, render
 from cronwarden.embedded.temporal import _temporal_binary
 from cronwarden.logs import configure
@@ -30,7 +30,6 @@ from store.pool import connect
 # The measurements, in the order. Each is `bench/<name>.py` with
 # `async def measure(stack: BenchStack, *, quick: bool) -> list[Row]`.
 MODULES = ("guard_overhead", "backfill_plan", "monitor_scan", "apply_scale", "fire_lag")
-DEFAULT_REPEAT = 5
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 Measure = Callable[..., Awaitable[list[Row]]]

@@ -70,6 +70,12 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
             started = time.perf_counter()
             await apply_definitions(client, pool, defs, task_queue=TASK_QUEUE)
             first = time.perf_counter() - started
+        if first_calls.write_count < count:
+            # Each new schedule is one create: fewer means the counter no longer sees the
+            # calls, and the "0 writes" verdict below would pass for nothing.
+            raise RuntimeError(
+                f"the first apply of {count} schedules counted {first_calls.write_count} writes"
+            )
         for _ in range(stack.repeat):
             with counting_rpcs(client) as calls:
                 started = time.perf_counter()

@@ -26,6 +26,7 @@ import asyncio
 import json
 import os
 import subprocess
+import threading
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -125,18 +126,26 @@ class CliRun:
     output: dict[str, Any]
 
 
-def _run_cli(argv: list[str], env: dict[str, str], out: Path) -> CliRun:
-    with out.open("wb") as stdout:
+def _run_cli(argv: list[str], env: dict[str, str], out: Path, errors: Path) -> CliRun:
+    """Run the command to its exit; blocking, so it runs in a thread."""
+    # stderr goes to a file, not a pipe: nobody reads a pipe while wait4 blocks, and a chatty
+    # child would fill it and hang.
+    with out.open("wb") as stdout, errors.open("wb") as stderr:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=subprocess.PIPE)
-        # wait4, not wait: the rusage of this child alone (RUSAGE_CHILDREN would mix in every
-        # child this process ever waited for).
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr)
+        # wait4 has no timeout: a child that hangs is killed, and wait4 then returns.
+        killer = threading.Timer(CLI_TIMEOUT, proc.kill)
+        killer.start()
+        try:
+            # wait4, not wait: the rusage of this child alone (RUSAGE_CHILDREN would mix in
+            # every child this process ever waited for).
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            killer.cancel()
         seconds = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[1:])} exited {proc.returncode}: {stderr}")
+        raise RuntimeError(f"{' '.join(argv[1:])} exited {proc.returncode}: {errors.read_text()}")
     # ru_maxrss is in KiB on Linux.
     return CliRun(seconds, usage.ru_maxrss / 1024, json.loads(out.read_text()))
 
@@ -158,7 +167,7 @@ async def _cli_plan(stack: BenchStack, dsn: str, window: Window) -> CliRun:
         "--json",
     ]
     out = stack.work_dir / "plan.json"
-    return await asyncio.wait_for(asyncio.to_thread(_run_cli, argv, env, out), CLI_TIMEOUT)
+    return await asyncio.to_thread(_run_cli, argv, env, out, stack.work_dir / "plan.stderr")
 
 
 async def _median_seconds(repeat: int, make: Callable[[], Awaitable[Any]]) -> float:

@@ -4,7 +4,7 @@ the same Temporal server; and how many Postgres round trips a guarded run makes.
 
 Throughput: N runs of one kind are started as fast as the server accepts them, then awaited;
 runs/s = N / (first start .. last result). Bare and guarded alternate, several rounds, and the
-table reports the medians (the ratio is the median of the per-round ratios).
+table reports the medians over `--repeat` rounds (the ratio is the median of the per-round ratios).
 
 Round trips are counted on the wire (bench/pgwire.py: a proxy in front of Postgres) for
 guarded no-op runs made one after another, after a warm-up, so asyncpg's one-off statement
@@ -36,7 +36,7 @@ from temporalio.worker import Worker
 import bench.jobs
 from bench.bare import BareInput, BareWorkflow, bare_noop
 from bench.pgwire import RoundTripProxy, target_of
-from bench.shape import Stack, fresh_dsn
+from bench.stack import BenchStack, run_alone
 from bench.stats import median, ratio
 from bench.table import Row
 from bench.worker import bench_worker, make_schedules, worker_pool
@@ -94,10 +94,10 @@ class _CountingOutbound(OutboundInterceptor):
         return await self.next.describe_schedule(input)
 
 
-async def measure(stack: Stack, *, quick: bool) -> list[Row]:
+async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
     runs = 20 if quick else 500
-    rounds = 1 if quick else 5
-    dsn = await fresh_dsn(stack, "guard_overhead")
+    rounds = stack.repeat
+    dsn = stack.dsn_for("guard_overhead")
     pool = await worker_pool(dsn)
     task_queue = f"bench-guard-{uuid.uuid4().hex[:8]}"
     try:
@@ -217,7 +217,7 @@ def guarded_input(schedule_id: str, fire: datetime, *, lock_name: str) -> Schedu
 
 
 async def count_round_trips(
-    stack: Stack, dsn: str, schedule_ids: list[str], *, task_queue: str
+    stack: BenchStack, dsn: str, schedule_ids: list[str], *, task_queue: str
 ) -> tuple[Counter[str], int]:
     """Round trips (by label) and describe calls of ROUND_TRIP_RUNS guarded no-op runs."""
     proxy = RoundTripProxy(*target_of(dsn), label=label_statement)
@@ -246,6 +246,4 @@ async def count_round_trips(
 
 
 if __name__ == "__main__":
-    from bench.shape import run_alone
-
     run_alone(measure, __doc__)

@@ -8,24 +8,29 @@ CREATE DATABASE), the environment for a `cronwarden` subprocess, and how many ti
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import itertools
 import os
 import re
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from temporalio.client import Client
 
+from bench.table import Row, render
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
+from cronwarden.logs import configure
 from store.migrate import migrate
 from store.pool import connect
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _TEMPLATE_DB = "bench_template"
+DEFAULT_REPEAT = 5
 
 
 @dataclass
@@ -99,3 +104,22 @@ async def boot(*, repeat: int, quick: bool) -> AsyncIterator[BenchStack]:
         finally:
             temporal.stop()
             postgres.stop()
+
+
+def run_alone(measure: Callable[..., Awaitable[list[Row]]], doc: str | None) -> None:
+    """Run one measurement module on a stack of its own: `python -m bench.<name> [--quick]`."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0] or None)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, no verdicts")
+    parser.add_argument(
+        "--repeat", type=int, help=f"timed runs per figure (default {DEFAULT_REPEAT}, quick 1)"
+    )
+    args = parser.parse_args()
+    repeat = args.repeat or (1 if args.quick else DEFAULT_REPEAT)
+
+    async def main() -> None:
+        # The runs' own info lines would bury the table.
+        configure(level="WARNING")
+        async with boot(repeat=repeat, quick=args.quick) as stack:
+            print(render(await measure(stack, quick=args.quick)))
+
+    asyncio.run(main())

@@ -33,7 +33,8 @@ def bench_worker(
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Callable[..., Any]] = (),
 ) -> Worker:
-    assert bench.jobs.NOOP_JOB in REGISTRY, "bench.jobs registers the benchmark jobs"
+    if bench.jobs.NOOP_JOB not in REGISTRY:
+        raise RuntimeError("bench.jobs did not register the benchmark jobs")
     return build_worker(
         client=client,
         pool=pool,

@@ -228,7 +228,9 @@ async def apply_definitions(
         change.next_fire = next_times[0] if next_times else None
     if pool is not None and unchanged:
         # Its heartbeat row is only created if missing (a schedule applied before its database
-        # was set up): the last success and the deadline a row holds stay.
+        # was set up): the last success and the deadline a row holds stay. This runs before
+        # any write to Temporal below, so a write that then fails leaves these rows in place:
+        # harmless, they describe schedules that exist unchanged, and a rerun inserts nothing.
         async with pool.acquire() as conn:
             await heartbeats.expect_all_if_missing(
                 conn, [(d.id, c.next_fire, d.heartbeat_grace) for d, c, _ in unchanged]

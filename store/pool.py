@@ -52,14 +52,17 @@ class PoolConnection(asyncpg.Connection):  # type: ignore[misc]
 @asynccontextmanager
 async def own_statements(pool: asyncpg.Pool, *, timeout: float | None = None) -> AsyncIterator[Any]:
     """A pooled connection for our own plain statements (no SET, LISTEN, advisory lock, cursor
-    or explicit transaction), released without the reset round trip. An open transaction is
-    still rolled back on release, by asyncpg, whatever this says."""
+    or explicit transaction), released without the reset round trip when the body ends
+    normally. An open transaction is still rolled back on release, by asyncpg, whatever this
+    says."""
     async with pool.acquire(timeout=timeout) as conn:
+        yield conn
+        # Reached only when the body returned normally. A statement that failed (or a
+        # cancellation) may have left the session anywhere: that release gets the full reset.
         # A pool not created by `create_pool` has plain connections: they just reset as usual.
         skip = getattr(conn, "skip_next_reset", None)
         if skip is not None:
             skip()
-        yield conn
 
 
 def unreachable(dsn: str, exc: BaseException) -> Unreachable:

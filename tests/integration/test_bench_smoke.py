@@ -12,12 +12,22 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import MODULES
+from bench.fire_lag import PHASES
 from tests.integration.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
-# The rows of each measurement at --quick sizes, by metric.
+# The rows of each measurement at --quick sizes, by metric (the table's cells are stripped, so
+# an indented row is listed without its indent). A measurement prints every row whatever it
+# found ("-" where there is nothing), so this set never depends on timing.
 EXPECTED = {
+    "guard_overhead": [
+        "guarded runs/s, no-op job (20 runs x 1 rounds, medians; "
+        "ratio = median of the per-round ratios)",
+        "Postgres round trips per guarded run",
+        "of which",
+        "Temporal DescribeSchedule calls per guarded run",
+    ],
     "backfill_plan": [
         "backfill plan, 1,440 keys, 1,370 done: in process",
         "`cronwarden backfill plan --json`, 1,440 keys, 1,370 done: wall time",
@@ -35,6 +45,12 @@ EXPECTED = {
         "apply 20 schedules: first apply (creates; 1 run)",
         "apply 20 schedules again, no change: time",
         "apply 20 schedules again, no change: Temporal writes",
+    ],
+    "fire_lag": [
+        "fires run (3 schedules every 10s for 20s)",
+        "fire lag to job start, p50 / p99",
+        "fire lag to activity start, p50 / p99",
+        *(f"{phase}, p50 / p99" for phase, _, _ in PHASES),
     ],
 }
 

@@ -1,6 +1,6 @@
 """How many Postgres round trips the guard makes, counted on the wire by a proxy in front of
-the server (bench/pgwire.py), and that skipping the pool's session reset never leaks a job's
-session state."""
+the server (bench/pgwire.py), how many DescribeSchedule calls (counted at the worker's client),
+and that skipping the pool's session reset never leaks a job's session state."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest_asyncio
 from temporalio.client import Client
 
 from activities.contract import RAN
-from bench.guard_overhead import is_prepare, label_statement
+from bench.guard_overhead import DescribeCounter, is_prepare, label_statement
 from bench.pgwire import RoundTripProxy, target_of
-from store.pool import create_pool
+from store.pool import create_pool, own_statements
 from tests.integration.conftest import fetch, in_process_worker
 from tests.integration.test_guard import FIRE, start_run
 
@@ -32,17 +32,23 @@ async def proxy(database: str) -> AsyncIterator[RoundTripProxy]:
         await counting.stop()
 
 
-async def test_a_guarded_no_op_run_makes_three_postgres_round_trips(
+async def test_a_guarded_no_op_run_makes_three_postgres_round_trips_and_one_describe(
     client: Client, database: str, task_queue: str, schedule_id: str, proxy: RoundTripProxy
 ) -> None:
     # One connection is enough for a no-op run, and asyncpg's pool reuses the last released
     # one first: the count is the same on every run.
     pool = await create_pool(proxy.proxied(database), max_size=2)
+    # The worker's client (the one the guard describes schedules with) counts its calls.
+    describes = DescribeCounter()
+    counted_client = Client(
+        client.service_client, namespace=client.namespace, interceptors=[describes]
+    )
     try:
-        async with in_process_worker(client, pool, task_queue):
+        async with in_process_worker(counted_client, pool, task_queue):
             warm_up = await start_run(client, task_queue, schedule_id, job="noop-digest")
             assert (await warm_up.result()).outcome == RAN
             proxy.reset()
+            describes.calls = 0
             handle = await start_run(
                 client, task_queue, schedule_id, job="noop-digest", fire=FIRE + timedelta(hours=1)
             )
@@ -55,6 +61,8 @@ async def test_a_guarded_no_op_run_makes_three_postgres_round_trips(
         "outbox check": 1,
         "commit (fence + outbox + heartbeat + release)": 1,
     }
+    # The heartbeat's next expected fire, asked of Temporal once per run (never cached).
+    assert describes.calls == 1
 
 
 async def test_session_state_a_job_sets_is_reset_before_the_connection_is_reused(
@@ -68,3 +76,22 @@ async def test_session_state_a_job_sets_is_reset_before_the_connection_is_reused
         "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'leaked-by-job'",
     )
     assert leaked[0]["n"] == 0
+
+
+async def test_own_statements_resets_the_session_after_a_failed_statement(
+    database: str, proxy: RoundTripProxy
+) -> None:
+    pool = await create_pool(proxy.proxied(database), max_size=1)
+    try:
+        proxy.reset()
+        async with own_statements(pool) as conn:
+            await conn.execute("SELECT 1")
+        # A body that ended normally skips the reset round trip.
+        assert "pool reset on release" not in proxy.counts
+        with pytest.raises(asyncpg.DivisionByZeroError):
+            async with own_statements(pool) as conn:
+                await conn.execute("SELECT 1/0")
+        # One that failed may have left the session anywhere: the release resets it.
+        assert proxy.counts["pool reset on release"] == 1
+    finally:
+        await pool.close()

@@ -103,3 +103,18 @@ def test_fire_lag_rows_judge_the_p99_and_count_missing_fires() -> None:
     assert table["  Temporal starts the workflow, p50 / p99"].met is None
     quick = rows(lags, schedules=10, seconds=100, quick=True)
     assert all(row.met is None for row in quick)
+
+
+def test_fire_lag_prints_the_same_rows_when_nothing_ran() -> None:
+    ran = Lags(
+        activity=[0.1], job=[0.2], expected=1, phases={"Temporal starts the workflow": [0.05]}
+    )
+    nothing = Lags(activity=[], job=[], expected=3, phases={})
+    full = rows(ran, schedules=3, seconds=20, quick=False)
+    empty = rows(nothing, schedules=3, seconds=20, quick=False)
+    assert [row.metric for row in empty] == [row.metric for row in full]
+    by_metric = {row.metric: row for row in empty}
+    assert by_metric["fire lag to job start, p50 / p99"].ours == "-"
+    # No run at all misses the lag goal; the phases have no goal.
+    assert by_metric["fire lag to job start, p50 / p99"].met is False
+    assert by_metric["  activity waits for the worker, p50 / p99"].ours == "-"
