@@ -136,7 +136,10 @@ async def test_an_outage_of_every_worker_pages_within_grace_and_backfill_closes_
     if len(incidents) != 1 or not (
         beat["alert_after"] <= incidents[0]["opened_at"] <= beat["alert_after"] + PASSES
     ):
-        checks.append(f"not one incident opened within {PASSES} of {beat['alert_after']}")
+        opened = [i["opened_at"] for i in incidents]
+        checks.append(
+            f"incidents opened {opened}, not one within {PASSES} of {beat['alert_after']}"
+        )
     if [b["incident_id"] for b in triggers] != [i["id"] for i in incidents]:
         checks.append("the incident was not paged exactly once")
     if monitor_exit != 0:
