@@ -9,10 +9,11 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
 
 import asyncpg
 import pytest_asyncio
-from temporalio.client import ScheduleHandle
+from temporalio.client import ScheduleDescription, ScheduleHandle
 
 from activities.contract import logical_key
 from tests.faults.counts import count_row
@@ -51,20 +52,18 @@ async def listed_by_plan(
 
 @dataclass(frozen=True)
 class Fires:
-    """A paused `every: 2s` schedule's fires, from its creation to its last commit."""
+    """A paused `every: 2s` schedule's fires, from its creation to its last scheduled action."""
 
     schedule_id: str
     created_at: datetime
+    end: datetime
+    """The nominal time of the last action Temporal started before the pause: fires up to
+    there are expected, whether they committed or not."""
     rows: list[asyncpg.Record]
     """Its outbox records, oldest first."""
     expected: set[datetime]
     listed: set[str]
     """What `backfill plan` lists as missing, asked once the schedule was paused."""
-
-    @property
-    def end(self) -> datetime:
-        last: datetime = self.rows[-1]["fire_time"]
-        return last
 
     @property
     def expected_keys(self) -> set[str]:
@@ -82,14 +81,19 @@ async def freeze(
     stock of it. (A run still in flight would commit a key after the count.)"""
     await handle.pause(note="test: freeze the window")
 
-    async def settled() -> bool:
-        return not (await handle.describe()).info.running_actions
+    async def settled() -> ScheduleDescription | None:
+        description = await handle.describe()
+        return None if description.info.running_actions else description
 
-    await wait_for(settled, timeout=60, what="the schedule's last run to finish")
+    description = await wait_for(settled, timeout=60, what="the schedule's last run to finish")
+    assert description is not None
     rows = await committed_fires(pool, handle.id)
-    end = max(r["fire_time"] for r in rows)
+    # The window ends at Temporal's last start, not at the last commit: a run started at the
+    # tail that never committed must count as expected.
+    started = [a.scheduled_at for a in description.info.recent_actions]
+    end = max([*started, *(r["fire_time"] for r in rows)], default=created_at)
     listed = await listed_by_plan(env, handle.id, created_at, end)
-    return Fires(handle.id, created_at, rows, every_two_seconds(created_at, end), listed)
+    return Fires(handle.id, created_at, end, rows, every_two_seconds(created_at, end), listed)
 
 
 async def fire_row(
@@ -103,6 +107,8 @@ async def fire_row(
     """One row of the table for a schedule. Every committed key that is not an expected fire
     (a key derived from the wrong clock, say) is a failed check of its own."""
     checks = list(checks_failed or [])
+    if not fires.rows:
+        checks.append("no fire committed")
     async with pool.acquire() as conn:
         extra = sorted(await outbox_keys(conn, fires.schedule_id) - fires.expected_keys)
     if extra:
@@ -120,25 +126,35 @@ async def fire_row(
 
 @dataclass(frozen=True)
 class Watch:
-    """A `cronwarden monitor` subprocess (real clock, a pass every 0.2 s) and the receiver it
-    pages."""
+    """A `cronwarden monitor` subprocess (real clock, a pass every 0.2 s), the receiver it
+    pages, and the file its output goes to."""
 
     proc: asyncio.subprocess.Process
     receiver: Receiver
+    log: Path
 
     async def stop(self) -> int:
-        """SIGTERM; its exit code."""
+        """SIGTERM; its exit code. A monitor that does not exit in time is killed, and the
+        timeout raised."""
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), timeout=30)
+        try:
+            return await asyncio.wait_for(self.proc.wait(), timeout=30)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+            raise
+
+    def tail(self, chars: int = 4000) -> str:
+        """The end of its output, for a failure message."""
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def watch(
-    database: str,
-    receiver: Receiver,
-) -> AsyncIterator[Watch]:
-    watching = Watch(await start_monitor(env_for(settings_for(database, receiver))), receiver)
+async def watch(database: str, receiver: Receiver, tmp_path: Path) -> AsyncIterator[Watch]:
+    log = tmp_path / "monitor.log"
+    proc = await start_monitor(env_for(settings_for(database, receiver)), log)
+    watching = Watch(proc, receiver, log)
     try:
         yield watching
     finally:

@@ -26,11 +26,13 @@ COLUMNS = (
 @dataclass
 class FaultRow:
     scenario: str
-    fires_expected: int
-    outbox_rows: int
-    effect_rows: int
-    duplicate_effects: int
-    missing_unlisted: int
+    fires_expected: int | None
+    """None (`-`) for a scenario that runs no schedule; likewise the next four counts."""
+    outbox_rows: int | None
+    effect_rows: int | None
+    duplicate_effects: int | None
+    """Effects applied twice; for a monitor scenario, pages delivered twice."""
+    missing_unlisted: int | None
     pages: int | None = None
     """Pages the monitor sent; None (`-`) for a scenario that runs no monitor."""
     checks_failed: list[str] = field(default_factory=list)
@@ -43,16 +45,15 @@ class FaultRow:
         return "pass"
 
     def cells(self) -> list[str]:
-        return [
-            self.scenario,
-            str(self.fires_expected),
-            str(self.outbox_rows),
-            str(self.effect_rows),
-            str(self.duplicate_effects),
-            str(self.missing_unlisted),
-            "-" if self.pages is None else str(self.pages),
-            self.verdict,
-        ]
+        counts = (
+            self.fires_expected,
+            self.outbox_rows,
+            self.effect_rows,
+            self.duplicate_effects,
+            self.missing_unlisted,
+            self.pages,
+        )
+        return [self.scenario, *("-" if c is None else str(c) for c in counts), self.verdict]
 
 
 def render(rows: Iterable[FaultRow]) -> str:

@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -730,13 +731,27 @@ async def test_two_monitor_processes_over_one_database_page_once(
     assert opened == 2, results
 
 
-async def start_monitor(env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        *cronwarden_argv("--log-json", "monitor", "--interval", "0.2"),
-        env=env,
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
+async def start_monitor(env: dict[str, str], log: Path | None = None) -> asyncio.subprocess.Process:
+    """A `cronwarden monitor` subprocess; its output goes to `log` if given, else nowhere."""
+    # The child keeps its own copy of the descriptor.
+    with log.open("ab") if log is not None else open(os.devnull, "wb") as out:
+        return await asyncio.create_subprocess_exec(
+            *cronwarden_argv("--log-json", "monitor", "--interval", "0.2"),
+            env=env,
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+
+
+def held_mid_send(row: asyncpg.Record, *, attempts: int) -> bool:
+    """A notification claimed by a sender that died mid-send: still claimed, not delivered, no
+    error recorded and no attempt added since the claim."""
+    return (
+        row["delivered_at"] is None
+        and row["claimed_until"] is not None
+        and row["last_error"] is None
+        and row["attempts"] == attempts
     )
 
 
@@ -760,7 +775,7 @@ async def test_a_monitor_killed_mid_send_delivers_the_page_once_after_restart(
         await first.wait()
     [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
     # Persisted and claimed, but the sender died before it could record anything.
-    assert row["delivered_at"] is None and row["attempts"] == 1 and row["last_error"] is None
+    assert held_mid_send(row, attempts=1), row
     receiver.hold.clear()
     receiver.release.set()
 

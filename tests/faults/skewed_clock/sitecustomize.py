@@ -7,12 +7,21 @@ Honest limits: only Python code sees the skew. The Temporal SDK's Rust core (pol
 timeouts, the workflow clock it hands to `workflow.now()`) keeps the real clock, and so does
 every server: Postgres' now() and Temporal's schedule times. That is the split that matters,
 because a worker's own clock is exactly what our code must never derive keys or deadlines from.
+
+Side effects to know about: `datetime.datetime` is replaced by a subclass, so in a module that
+imports it after start-up `isinstance(x, datetime)` asks about the subclass and is False for a
+plain datetime made elsewhere (by a C extension, say). And Python imports the FIRST
+`sitecustomize` on its path only: this one wins because the test puts it first on PYTHONPATH,
+and it shadows any `sitecustomize` of the virtualenv (there is none today). Once installed it
+writes one JSON line, event `test.clock_skewed`, so a scenario can check the skew is in place.
 """
 
 from __future__ import annotations
 
 import datetime as _datetime
+import json
 import os
+import sys
 import time as _time
 from typing import Any
 
@@ -46,6 +55,7 @@ def _install(skew: float) -> None:
     _time.time = time
     _time.time_ns = time_ns
     _datetime.datetime = SkewedDatetime  # type: ignore[misc]
+    print(json.dumps({"event": "test.clock_skewed", "skew_seconds": skew}), file=sys.stderr)
 
 
 if _SKEW:
