@@ -14,7 +14,7 @@ import pytest
 
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from tests.faults.one_key import one_key  # noqa: F401  (fixture for the scenarios)
-from tests.faults.tally import FaultRow, render
+from tests.faults.tally import FaultRow, render, scenario_order
 from tests.faults.worker_process import start_worker  # noqa: F401  (fixture for the scenarios)
 from tests.integration.conftest import (  # noqa: F401  (fixtures, re-bound to the servers below)
     cli_env,
@@ -69,5 +69,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _ROWS:
         return
     terminalreporter.section("fault suite")
-    for line in render(_ROWS).splitlines():
+    # Scenario order (1a, 1b, 2a, ... 9), whatever order the files ran in.
+    for line in render(sorted(_ROWS, key=scenario_order)).splitlines():
         terminalreporter.write_line(line)

@@ -56,6 +56,13 @@ class FaultRow:
         return [self.scenario, *("-" if c is None else str(c) for c in counts), self.verdict]
 
 
+def scenario_order(row: FaultRow) -> tuple[int, str]:
+    """Rows are labelled `<number><letter?> <what happened>`: sort 2b before 10."""
+    label = row.scenario.split(" ", 1)[0]
+    digits = "".join(ch for ch in label if ch.isdigit())
+    return (int(digits) if digits else 0, row.scenario)
+
+
 def render(rows: Iterable[FaultRow]) -> str:
     """A Markdown table, so the same text goes to the terminal and into the README."""
     body = [row.cells() for row in rows]
