@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import activity, workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.scheduled_run import ACTIVITY_HEARTBEAT_TIMEOUT
+    from workflows.scheduled_run import ACTIVITY_HEARTBEAT_TIMEOUT, run_retry_policy
 
 BARE_ACTIVITY = "bench.bare_noop"
 
@@ -20,6 +19,7 @@ BARE_ACTIVITY = "bench.bare_noop"
 class BareInput:
     key: str
     timeout_seconds: float = 900.0
+    max_attempts: int = 3
 
 
 @activity.defn(name=BARE_ACTIVITY)
@@ -38,11 +38,6 @@ class BareWorkflow:
             result_type=str,
             start_to_close_timeout=timeout,
             heartbeat_timeout=min(ACTIVITY_HEARTBEAT_TIMEOUT, timeout),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                backoff_coefficient=2.0,
-                maximum_interval=timedelta(seconds=60),
-                maximum_attempts=3,
-            ),
+            retry_policy=run_retry_policy(inp.max_attempts),
         )
         return result

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
+from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
 from tests.faults.one_key import one_key  # noqa: F401  (fixture for the scenarios)
 from tests.faults.tally import FaultRow, render, scenario_order
 from tests.faults.worker_process import start_worker  # noqa: F401  (fixture for the scenarios)
@@ -20,6 +20,8 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures, re-bound to t
     cli_env,
     client,
     database,
+    embedded_postgres,
+    embedded_temporal,
     pool,
     schedule_id,
     task_queue,
@@ -32,31 +34,14 @@ _ROWS: list[FaultRow] = []
 
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    root = tmp_path_factory.mktemp("fault-postgres")
-    server = EmbeddedPostgres(
-        data_dir=root / "data", port=free_port(), fast_unsafe=True, log_file=root / "pg.log"
-    )
-    server.start()
-    try:
+    with embedded_postgres(tmp_path_factory.mktemp("fault-postgres")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTemporal]:
-    root = tmp_path_factory.mktemp("fault-temporal")
-    server = EmbeddedTemporal(
-        port=free_port(),
-        ui_port=None,
-        db_file=root / "temporal.db",
-        log_file=root / "temporal.log",
-    )
-    server.start()
-    try:
+    with embedded_temporal(tmp_path_factory.mktemp("fault-temporal"), persisted=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -32,30 +32,33 @@ TEMPLATE_DB = "cw_template"
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    root = tmp_path_factory.mktemp("postgres")
-    server = EmbeddedPostgres(
+def embedded_postgres(root: Path) -> EmbeddedPostgres:
+    """A throwaway Postgres under `root` (fsync off: tests never survive a host crash)."""
+    return EmbeddedPostgres(
         data_dir=root / "data", port=free_port(), fast_unsafe=True, log_file=root / "pg.log"
     )
-    server.start()
-    try:
+
+
+def embedded_temporal(root: Path, *, persisted: bool = False) -> EmbeddedTemporal:
+    """A Temporal dev server; `persisted` keeps its state in a SQLite file across restarts."""
+    return EmbeddedTemporal(
+        port=free_port(),
+        ui_port=None,
+        db_file=root / "temporal.db" if persisted else None,
+        log_file=root / "temporal.log",
+    )
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    with embedded_postgres(tmp_path_factory.mktemp("postgres")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
 def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedTemporal]:
-    root = tmp_path_factory.mktemp("temporal")
-    server = EmbeddedTemporal(
-        port=free_port(), ui_port=None, db_file=None, log_file=root / "temporal.log"
-    )
-    server.start()
-    try:
+    with embedded_temporal(tmp_path_factory.mktemp("temporal")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
