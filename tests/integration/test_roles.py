@@ -17,10 +17,9 @@ from activities.contract import RAN, logical_key
 from cronwarden.embedded import EmbeddedPostgres
 from store.migrate import available_migrations, migrate
 from store.pool import connect, create_pool
-from tests.integration.conftest import REPO_ROOT
+from tests.integration.conftest import REPO_ROOT, in_process_worker
 from tests.integration.test_cli import cli
 from tests.integration.test_guard import FIRE, effects, start_run
-from tests.integration.test_worker_process import in_process_worker
 
 pytestmark = pytest.mark.integration
 

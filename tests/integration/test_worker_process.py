@@ -8,21 +8,23 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.worker import Worker
 
 from activities.contract import RAN, RunOutcome, logical_key
-from activities.jobs import REGISTRY
 from cronwarden.embedded import free_port
-from cronwarden.worker_runtime import build_worker
 from tests.http_probe import Answer, http_get
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
+from tests.integration.conftest import (
+    REPO_ROOT,
+    cronwarden_argv,
+    fetch,
+    in_process_worker,
+    wait_for,
+)
 from tests.integration.test_guard import FIRE, effects, lease_holder, start_run
 
 pytestmark = pytest.mark.integration
@@ -36,16 +38,6 @@ def spawn_worker(cli_env: dict[str, str]) -> Iterator[list[subprocess.Popen[byte
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-
-
-def in_process_worker(client: Client, pool: asyncpg.Pool, task_queue: str) -> Worker:
-    return build_worker(
-        client=client,
-        pool=pool,
-        registry=REGISTRY,
-        task_queue=task_queue,
-        graceful_shutdown=timedelta(seconds=5),
-    )
 
 
 def start_worker_process(
