@@ -65,6 +65,8 @@ class GuardedRunInput:
     lock_name: str
     lock_ttl_seconds: float
     heartbeat_grace_seconds: float
+    replay: bool = False
+    """A `backfill run` replay of a past fire, not the schedule's live fire."""
 
 
 @dataclass

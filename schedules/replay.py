@@ -79,7 +79,7 @@ async def replay_one(
 ) -> ReplayResult:
     key = logical_key(schedule.schedule_id, fire_time)
     workflow_id = replay_workflow_id(schedule.schedule_id, fire_time)
-    inp = replace(schedule.run_input, fire_time=format_fire_time(fire_time))
+    inp = replace(schedule.run_input, fire_time=format_fire_time(fire_time), replay=True)
     bound = log.bind(schedule_id=schedule.schedule_id, logical_key=key, workflow_id=workflow_id)
     give_up_at = time.monotonic() + lock_wait
     delay = FIRST_RETRY_DELAY

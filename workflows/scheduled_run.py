@@ -63,6 +63,10 @@ class ScheduledRunInput:
     fire_time: str | None = None
     """Set by replays (backfill, tests): the nominal fire time to run. Scheduled fires leave it
     empty and the workflow reads `TemporalScheduledStartTime`."""
+    replay: bool = False
+    """Set by `backfill run`: this run re-applies a past fire, it is not the schedule's live fire.
+    A live fire has priority over replays for the lease, and a replay's commit never moves the
+    live grid's heartbeat."""
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -82,6 +86,7 @@ class ScheduledRunWorkflow:
             lock_name=inp.lock_name or f"schedule:{inp.schedule_id}",
             lock_ttl_seconds=inp.lock_ttl_seconds,
             heartbeat_grace_seconds=inp.heartbeat_grace_seconds,
+            replay=inp.replay,
         )
         give_up_at = workflow.now() + timeout
         wait = timedelta(seconds=1)
