@@ -7,6 +7,8 @@ Exit codes: 0 ok, 1 operation failed, 2 invalid input or usage. Every expected f
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -19,8 +21,23 @@ from cronwarden.errors import CronwardenError, InvalidInput
 
 T = TypeVar("T")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader went away (`cronwarden dev | tee dev.log`, then Ctrl-C kills tee too).
+        rich would raise SystemExit(1) from inside print(): a finally block that reports what
+        it stops would then skip the stopping (Temporal was left running). Go quiet instead,
+        and point the stream at /dev/null so later plain writes to it succeed too: the command
+        finishes its work and keeps its own exit code."""
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            os.close(devnull)
+
+
+out = _Console(highlight=False, soft_wrap=True)
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def load_settings() -> Settings:

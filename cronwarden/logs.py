@@ -5,12 +5,31 @@ Event names are stable (`run.committed`, `worker.draining`): dashboards and aler
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 
 import structlog
 
 _configured = False
+
+
+class _Writer(structlog.PrintLogger):
+    """A line that cannot be written (a reader that went away: `cronwarden dev | tee` after
+    Ctrl-C, a closed terminal) is dropped: logging must never abort the work it reports on,
+    least of all a shutdown that still has servers to stop."""
+
+    def msg(self, message: str) -> None:
+        # ValueError: the stream was closed under us.
+        with contextlib.suppress(OSError, ValueError):
+            super().msg(message)
+
+    log = debug = info = warn = warning = fatal = failure = err = error = critical = exception = msg
+
+
+class _WriterFactory(structlog.PrintLoggerFactory):
+    def __call__(self, *args: object) -> _Writer:
+        return _Writer(self._file)
 
 
 def configure(*, level: str = "INFO", json: bool | None = None) -> None:
@@ -29,7 +48,7 @@ def configure(*, level: str = "INFO", json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_WriterFactory(sys.stderr),
         cache_logger_on_first_use=False,
     )
     _configured = True
