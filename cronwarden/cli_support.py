@@ -9,20 +9,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
 
 from cronwarden.config import Settings, settings_error_message
 from cronwarden.errors import CronwardenError, InvalidInput
+from cronwarden.redact import redact
 
 T = TypeVar("T")
 
 
 class _Console(Console):
+    """rich's console, with every secret of the process blanked out of what it writes."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # The one point every print, table and JSON dump passes through as plain text.
+        return redact(super()._render_buffer(buffer))
+
     def on_broken_pipe(self) -> None:
         """The reader went away (`cronwarden dev | tee dev.log`, then Ctrl-C kills tee too).
         rich would raise SystemExit(1) from inside print(): a finally block that reports what

@@ -11,6 +11,8 @@ import sys
 
 import structlog
 
+from cronwarden.redact import redact_value
+
 _configured = False
 
 
@@ -32,6 +34,13 @@ class _WriterFactory(structlog.PrintLoggerFactory):
         return _Writer(self._file)
 
 
+def _redact_secrets(
+    _logger: object, _method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    # Last before rendering, after the traceback became text: nothing reaches a line unscrubbed.
+    return {key: redact_value(value) for key, value in event.items()}
+
+
 def configure(*, level: str = "INFO", json: bool | None = None) -> None:
     global _configured
     if json is None:
@@ -45,6 +54,7 @@ def configure(*, level: str = "INFO", json: bool | None = None) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            _redact_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level)),
