@@ -14,6 +14,10 @@ from cronwarden import redact
 
 DEFAULT_TASK_QUEUE = "cronwarden"
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/cronwarden"
+# Where `cronwarden dev` keeps its stack by default, and the settings file it writes there for a
+# second shell.
+DEV_STATE_DIR = Path(".cronwarden")
+DEV_ENV_FILE = DEV_STATE_DIR / "env"
 
 
 class Settings(BaseSettings):

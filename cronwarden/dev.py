@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import shlex
+import shutil
 import signal
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -20,7 +23,7 @@ from rich.console import Console
 
 from activities.jobs import import_job_modules
 from cronwarden import temporal
-from cronwarden.config import Settings
+from cronwarden.config import DEV_ENV_FILE, Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
 from cronwarden.errors import InvalidInput
 from cronwarden.logs import get_logger
@@ -86,6 +89,18 @@ async def _run_setup_sql(settings: Settings) -> None:
                 await conn.execute(sql)
     finally:
         await conn.close()
+
+
+def cli_command() -> str:
+    """How another shell runs this same cronwarden, as typed: the bare name only when PATH
+    finds this very script (`make dev` runs the venv's, which is usually not on PATH)."""
+    script = Path(sys.executable).parent / "cronwarden"
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m cronwarden"
+    found = shutil.which("cronwarden")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "cronwarden"
+    return shlex.quote(str(script))
 
 
 class _StopSignals:
@@ -198,7 +213,7 @@ async def _run_stack(options: DevOptions, *, console: Console, signals: _StopSig
                 changes = await apply_definitions(
                     client, pool, definitions, task_queue=settings.task_queue
                 )
-                env_file = state / "env"
+                env_file = state / DEV_ENV_FILE.name
                 write_env_file(env_file, settings)
                 _say(
                     console,
@@ -208,7 +223,8 @@ async def _run_stack(options: DevOptions, *, console: Console, signals: _StopSig
                     f"  Postgres      {settings.dsn}\n"
                     f"  schedules     "
                     + ", ".join(f"{c.schedule_id} ({c.action})" for c in changes)
-                    + f"\n  second shell  set -a; . {env_file}; set +a; cronwarden --help\n"
+                    + f"\n  second shell  set -a; . {shlex.quote(str(env_file))}; set +a; "
+                    f"{cli_command()} status\n"
                     "  Ctrl-C stops everything; run it again to resume with the same state.\n",
                 )
                 # The monitor runs beside the worker (with its own pool) and stops with it.

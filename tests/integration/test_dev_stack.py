@@ -120,6 +120,20 @@ async def test_dev_runs_the_demo_stops_on_ctrl_c_and_resumes_with_its_state(
     # The monitor runs beside the worker and records its passes in the same database.
     await wait_for(lambda: monitor_passes(dsn), timeout=30, what="a monitor pass")
     assert f"http://127.0.0.1:{ports['ui']}" in first_log.read_text()
+    # The banner's hint works exactly as printed, in a fresh shell elsewhere whose PATH does
+    # not hold the virtualenv.
+    hint = next(li for li in first_log.read_text().splitlines() if "second shell" in li)
+    second = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", "-c", hint.split("second shell", 1)[1].strip()],
+        cwd=tmp_path,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode == 0, second
+    assert "demo-interest" in second.stdout, second
     assert await stop(proc) == 0, first_log.read_text()
     assert not _listening(ports["postgres"]) and not _listening(ports["temporal"])
 
