@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 
 from cronwarden.embedded import free_port
-from cronwarden.embedded.processes import cmdline, pid_alive
+from cronwarden.embedded.processes import cmdline
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, wait_for
 
 pytestmark = pytest.mark.integration
@@ -195,14 +195,14 @@ async def test_dev_stops_every_process_it_started_on_a_signal_after_its_output_r
 ) -> None:
     state = tmp_path / "state"
     reader, proc = _start_dev_behind_a_pipe(state, ports)
-    started: set[int] = set()
+    started: dict[int, str] = {}
     try:
         await wait_for(lambda: _exited(reader), timeout=120, what="the banner to reach the reader")
         assert reader.returncode == 0, "the reader never saw the banner"
         started = _descendants(proc.pid)
         temporal_pid = int((state / "temporal.pid").read_text())
         postgres_pid = int((state / "postgres" / "postmaster.pid").read_text().split()[0])
-        assert {temporal_pid, postgres_pid} <= started
+        assert {temporal_pid, postgres_pid} <= started.keys()
         # The stack keeps running with nobody reading its output (its log lines fail to write).
         dsn = f"postgresql://postgres@127.0.0.1:{ports['postgres']}/cronwarden"
         passes = await monitor_passes(dsn)
@@ -224,7 +224,9 @@ async def test_dev_stops_every_process_it_started_on_a_signal_after_its_output_r
         assert proc.returncode == 0
     finally:
         # A failing run must not leave servers behind on the machine.
-        for pid in [proc.pid, *started]:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in _survivors(started):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
@@ -247,28 +249,40 @@ def _start_dev_behind_a_pipe(
     return reader, proc
 
 
-def _descendants(root: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            stat = (entry / "stat").read_text()
-            parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
-    found: set[int] = set()
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (state first), None once it is gone."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every process below `root`, with its start time: a pid reused by an unrelated process
+    after ours exited is then never mistaken for ours (nor killed by the cleanup)."""
+    fields = {int(e.name): _stat(int(e.name)) for e in Path("/proc").iterdir() if e.name.isdigit()}
+    found: dict[int, str] = {}
     frontier = {root}
     while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
+        frontier = {
+            pid for pid, f in fields.items() if f and int(f[1]) in frontier and pid not in found
+        }
+        found |= {pid: f[19] for pid in frontier if (f := fields[pid])}
     return found
 
 
-async def _none_left(pids: set[int]) -> bool:
-    return not _survivors(pids)
+def _survivors(started: dict[int, str]) -> dict[int, str]:
+    alive = {}
+    for pid, start_time in started.items():
+        fields = _stat(pid)
+        # A zombie has exited; only its parent's wait() is missing.
+        if fields is not None and fields[19] == start_time and fields[0] != "Z":
+            alive[pid] = " ".join(cmdline(pid))
+    return alive
 
 
-def _survivors(pids: set[int]) -> dict[int, str]:
-    return {pid: " ".join(cmdline(pid)) for pid in pids if pid_alive(pid)}
+async def _none_left(started: dict[int, str]) -> bool:
+    return not _survivors(started)
 
 
 async def _exited(proc: subprocess.Popen[bytes]) -> bool:
