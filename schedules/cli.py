@@ -20,6 +20,7 @@ from rich.table import Table
 
 from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.errors import InvalidInput
+from cronwarden.times import utc_text
 
 if TYPE_CHECKING:
     import asyncpg
@@ -43,7 +44,7 @@ def emit_json(data: Any) -> None:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+    return utc_text(value) if value else None
 
 
 @asynccontextmanager

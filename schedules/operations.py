@@ -23,12 +23,11 @@ from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
 from schedules.health import OPERATOR_NOTE
 from schedules.inventory import (
-    NoSuchSchedule,
     RecentRun,
     ScheduleView,
     describe_or_none,
     get_managed,
-    known_ids,
+    no_such_schedule,
 )
 from schedules.model import ScheduleDefinition
 from store import heartbeats
@@ -115,7 +114,7 @@ async def delete_target(client: Client, pool: asyncpg.Pool, schedule_id: str) ->
         return True
     async with pool.acquire() as conn:
         if await heartbeats.get(conn, schedule_id) is None:
-            raise NoSuchSchedule(f"no schedule '{schedule_id}' ({await known_ids(client)})")
+            raise await no_such_schedule(client, schedule_id)
     return False
 
 
