@@ -263,6 +263,9 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
             "paused": beat["paused"],
             "paused_reason": beat["paused_reason"],
             "last_error": beat["last_error"],
+            # Replays (`backfill run`) are recorded apart: they never move the live fields.
+            "last_replay_key": beat.get("last_replay_key"),
+            "last_replay_at": _iso(beat.get("last_replay_at")),
         },
         "definition": v.definition,
     }
@@ -300,6 +303,11 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
                 f"heartbeat    last success {beat['last_logical_key'] or 'never'}, next expected "
                 f"{beat['next_expected_at'] or '-'}, last error {beat['last_error'] or '-'}"
             )
+            if beat["last_replay_key"]:
+                lines.append(
+                    f"replays      last {beat['last_replay_key']}, "
+                    f"committed {beat['last_replay_at']}"
+                )
         lines.append("recent runs" + ("" if data["recent_runs"] else "  none"))
         lines += [
             f"  {r['logical_key']}  {r['status']}"

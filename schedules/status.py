@@ -42,6 +42,9 @@ class StatusRow:
     now: datetime
     incident: dict[str, Any] | None = None
     """The schedule's open incident (`cronwarden monitor`), if any."""
+    last_replay_key: str | None = None
+    last_replay_at: datetime | None = None
+    """The last `backfill run` replay committed (replays never move the live fields)."""
 
     @property
     def last_success_age(self) -> timedelta | None:
@@ -71,6 +74,7 @@ class StatusRow:
             "skipped_overlap": self.skipped_overlap,
             "missed_catchup": self.missed_catchup,
             "incident": incident_json(self.incident),
+            "last_replay": {"logical_key": self.last_replay_key, "at": _iso(self.last_replay_at)},
         }
 
 
@@ -124,6 +128,8 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         skipped_overlap=view.skipped_overlap,
         missed_catchup=view.missed_catchup,
         now=now,
+        last_replay_key=beat.get("last_replay_key") if beat else None,
+        last_replay_at=beat.get("last_replay_at") if beat else None,
     )
 
 
@@ -148,6 +154,8 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         skipped_overlap=0,
         missed_catchup=0,
         now=now,
+        last_replay_key=beat.get("last_replay_key"),
+        last_replay_at=beat.get("last_replay_at"),
     )
 
 

@@ -122,3 +122,17 @@ async def leak_session(ctx: JobContext) -> None:
     # the pool must reset it before anyone else borrows the connection.
     async with ctx.transaction() as conn:
         await conn.execute("SET application_name = 'leaked-by-job'")
+
+
+class EndsTransactionArgs(BaseModel):
+    statement: str
+    """Run inside ctx.transaction() after the effect: "COMMIT", a script ending in COMMIT,
+    "COMMIT; BEGIN"... A job must never do this: the guard must catch it."""
+
+
+@job("ends-transaction", args_model=EndsTransactionArgs)
+async def ends_transaction(ctx: JobContext) -> None:
+    args: EndsTransactionArgs = ctx.args
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx)
+        await conn.execute(args.statement)
