@@ -261,6 +261,7 @@ class GuardedRun:
                 inp.schedule_id,
                 fires_ahead=committed.fires_ahead,
                 accepted=committed.times_accepted,
+                grace=record.grace,
             )
         if not committed.recorded:
             # Someone committed this key between our check and our commit; the job's writes

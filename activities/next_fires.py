@@ -42,6 +42,23 @@ class NextFires:
 UNKNOWN = NextFires(digest=None)
 
 
+def refresh_due(
+    times: tuple[datetime, ...], fires_ahead: int, *, accepted: bool, grace: timedelta
+) -> bool:
+    """Whether the next run must look the schedule up again, after a commit that saw
+    `fires_ahead` of the cached `times` after its now() (the first of them it took).
+
+    Normally when the one it took was the last: one describe per batch of times. But when the
+    fires are further apart than the grace, a look-up failing right then would leave the row
+    at this fire's own time and page before the next fire could fix it: such a schedule looks
+    up one fire earlier, so a failed look-up still finds a valid cached time.
+    """
+    if not accepted:
+        return True
+    spare = 2 if len(times) >= 2 and times[-1] - times[-2] > grace else 1
+    return fires_ahead <= spare
+
+
 class NextFireCache:
     """One per worker process; shared by its concurrent runs."""
 
@@ -83,13 +100,9 @@ class NextFireCache:
         if task is not None:
             await asyncio.wait([task])
 
-    def used(self, schedule_id: str, *, fires_ahead: int, accepted: bool) -> None:
-        """A commit took (or refused) the cached times: refresh before they run out.
-
-        `fires_ahead` counts the cached times after the commit's now(): the one it took is the
-        last when it is 1, so the next run describes again (one describe per batch of times).
-        """
-        if fires_ahead <= 1 or not accepted:
+    def used(self, schedule_id: str, *, fires_ahead: int, accepted: bool, grace: timedelta) -> None:
+        """A commit took (or refused) the cached times: refresh before they run out."""
+        if refresh_due(self.get(schedule_id).times, fires_ahead, accepted=accepted, grace=grace):
             self._stale.add(schedule_id)
 
     async def _look_up(self, schedule_id: str) -> None:

@@ -136,3 +136,16 @@ async def ends_transaction(ctx: JobContext) -> None:
     async with ctx.transaction() as conn:
         await record_effect(conn, ctx)
         await conn.execute(args.statement)
+
+
+class MarksStartArgs(BaseModel):
+    marker: str
+    """A file the job creates the moment it starts: the test sees whether the job ran at all."""
+
+
+@job("marks-start", args_model=MarksStartArgs)
+async def marks_start(ctx: JobContext) -> None:
+    args: MarksStartArgs = ctx.args
+    Path(args.marker).touch()
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx)

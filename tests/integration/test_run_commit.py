@@ -20,7 +20,14 @@ from schedules.mapping import definition_digest
 from schedules.model import ScheduleDefinition
 from schedules.status import build_rows
 from tests.integration.conftest import fetch, in_process_worker, wait_for
-from tests.runs import WatchedDescribes, count, heartbeat, lock_holder, start_guarded
+from tests.runs import (
+    WatchedDescribes,
+    args_digest,
+    count,
+    heartbeat,
+    lock_holder,
+    start_guarded,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -85,6 +92,8 @@ async def test_a_failed_look_up_takes_the_next_fire_from_still_valid_cached_time
     defn = definition(schedule_id, "1h")
     await apply_definitions(client, pool, [defn], task_queue=task_queue)
     digest = definition_digest(defn, task_queue=task_queue)
+    # Apply stamps the row with the definition digest the commit compares cached times against.
+    assert (await heartbeat(pool, schedule_id))["definition_digest"] == digest
     next_fire = (await client.get_schedule_handle(schedule_id).describe()).info.next_action_times[0]
     watched = WatchedDescribes(pool)
     try:
@@ -258,4 +267,63 @@ async def test_a_key_recorded_while_the_job_runs_rolls_the_jobs_writes_back_and_
     assert await count(pool, "test_effects", key) == 0
     assert await count(pool, "cronwarden.outbox", key) == 1
     # The rollback undid the commit statement's release too: the guard released on its own.
+    assert await lock_holder(pool, lock) is None
+
+
+async def test_a_key_committed_while_the_acquire_waited_on_the_lock_row_is_never_run(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, tmp_path: Path
+) -> None:
+    # The acquire statement's look at the outbox comes from a snapshot taken before it waited
+    # on the lock row: a run of the key that committed (and released) meanwhile is invisible
+    # to it. Only the guard's fresh outbox check keeps the job from running again.
+    key = logical_key(schedule_id, PAST_FIRE)
+    lock = f"schedule:{schedule_id}"
+    marker = tmp_path / "job-started"
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.locks (name, holder, token, expires_at, acquired_at)"
+            " VALUES ($1, NULL, nextval('cronwarden.lock_tokens'), now(), now())",
+            lock,
+        )
+    committer = await pool.acquire()
+    try:
+        # The other run's commit, caught holding the lock row: its outbox record and release
+        # become visible together, when it commits.
+        tx = committer.transaction()
+        await tx.start()
+        await committer.execute("SELECT 1 FROM cronwarden.locks WHERE name = $1 FOR UPDATE", lock)
+        await committer.execute(
+            "INSERT INTO cronwarden.outbox (logical_key, schedule_id, fire_time, attempt,"
+            " fencing_token, worker, args_digest) VALUES ($1, $2, $3, 1, 0, 'other', $4)",
+            key,
+            schedule_id,
+            PAST_FIRE,
+            args_digest({"marker": str(marker)}),
+        )
+        async with in_process_worker(client, pool, task_queue):
+            run = await start_guarded(
+                client,
+                task_queue,
+                schedule_id,
+                PAST_FIRE,
+                job="marks-start",
+                args={"marker": str(marker)},
+            )
+
+            async def acquire_waiting() -> bool:
+                rows = await fetch(
+                    pool,
+                    "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND datname = current_database() AND query LIKE '%cronwarden.locks%'",
+                )
+                return int(rows[0]["n"]) > 0
+
+            await wait_for(acquire_waiting, timeout=30, what="the acquire waiting on the lock row")
+            await tx.commit()
+            outcome = await run.result()
+    finally:
+        await pool.release(committer)
+    assert outcome.outcome == ALREADY_DONE
+    assert not marker.exists()
+    assert await count(pool, "test_effects", key) == 0
     assert await lock_holder(pool, lock) is None
