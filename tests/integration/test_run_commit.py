@@ -6,13 +6,14 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from activities.contract import ALREADY_DONE, RAN, TRANSACTION_ENDED, logical_key
+from activities.contract import ALREADY_DONE, RAN, TRANSACTION_ENDED, RunOutcome, logical_key
 from schedules.apply import apply_definitions
 from schedules.cli import _describe_json
 from schedules.inventory import get_view
@@ -50,6 +51,13 @@ def definition(schedule_id: str, every: str) -> ScheduleDefinition:
 
 def watched_client(client: Client, watched: WatchedDescribes) -> Client:
     return Client(client.service_client, namespace=client.namespace, interceptors=[watched])
+
+
+async def start_job(
+    client: Client, task_queue: str, schedule_id: str, job: str, args: dict[str, Any]
+) -> WorkflowHandle[Any, RunOutcome]:
+    """A live (not replay) run of PAST_FIRE's key with this job."""
+    return await start_guarded(client, task_queue, schedule_id, PAST_FIRE, job=job, args=args)
 
 
 async def committed_live(pool: asyncpg.Pool, schedule_id: str) -> int:
@@ -209,13 +217,8 @@ async def test_a_job_that_ends_its_transaction_fails_unrecorded_with_its_lease_r
     statement: str, client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
 ) -> None:
     async with in_process_worker(client, pool, task_queue):
-        run = await start_guarded(
-            client,
-            task_queue,
-            schedule_id,
-            PAST_FIRE,
-            job="ends-transaction",
-            args={"statement": statement},
+        run = await start_job(
+            client, task_queue, schedule_id, "ends-transaction", {"statement": statement}
         )
         with pytest.raises(WorkflowFailureError) as failed:
             await run.result()
@@ -245,9 +248,7 @@ async def test_a_key_recorded_while_the_job_runs_rolls_the_jobs_writes_back_and_
     key = logical_key(schedule_id, PAST_FIRE)
     lock = f"schedule:{schedule_id}"
     async with in_process_worker(client, pool, task_queue):
-        run = await start_guarded(
-            client, task_queue, schedule_id, PAST_FIRE, job="gated", args={"gate": str(gate)}
-        )
+        run = await start_job(client, task_queue, schedule_id, "gated", {"gate": str(gate)})
 
         async def job_running() -> bool:
             return await lock_holder(pool, lock) is not None
@@ -301,13 +302,8 @@ async def test_a_key_committed_while_the_acquire_waited_on_the_lock_row_is_never
             args_digest({"marker": str(marker)}),
         )
         async with in_process_worker(client, pool, task_queue):
-            run = await start_guarded(
-                client,
-                task_queue,
-                schedule_id,
-                PAST_FIRE,
-                job="marks-start",
-                args={"marker": str(marker)},
+            run = await start_job(
+                client, task_queue, schedule_id, "marks-start", {"marker": str(marker)}
             )
 
             async def acquire_waiting() -> bool:
