@@ -71,10 +71,10 @@ class GuardedRunInput:
     lock_name: str
     lock_ttl_seconds: float
     heartbeat_grace_seconds: float
-    replay: bool = False
-    """A `backfill run` replay of a past fire, not the schedule's live fire."""
     definition_digest: str = ""
     """The digest of the schedule definition this run was fired from (empty: unknown)."""
+    replay: bool = False
+    """A `backfill run` replay of a past fire, not the schedule's live fire."""
 
 
 @dataclass

@@ -258,14 +258,14 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
         else {
             "last_logical_key": beat["last_logical_key"],
             "last_success_at": _iso(beat["last_success_at"]),
+            # Replays (`backfill run`) are recorded apart: they never move the live fields.
+            "last_replay_key": beat.get("last_replay_key"),
+            "last_replay_at": _iso(beat.get("last_replay_at")),
             "next_expected_at": _iso(beat["next_expected_at"]),
             "grace_seconds": int(beat["grace"].total_seconds()),
             "paused": beat["paused"],
             "paused_reason": beat["paused_reason"],
             "last_error": beat["last_error"],
-            # Replays (`backfill run`) are recorded apart: they never move the live fields.
-            "last_replay_key": beat.get("last_replay_key"),
-            "last_replay_at": _iso(beat.get("last_replay_at")),
         },
         "definition": v.definition,
     }
@@ -303,11 +303,6 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
                 f"heartbeat    last success {beat['last_logical_key'] or 'never'}, next expected "
                 f"{beat['next_expected_at'] or '-'}, last error {beat['last_error'] or '-'}"
             )
-            if beat["last_replay_key"]:
-                lines.append(
-                    f"replays      last {beat['last_replay_key']}, "
-                    f"committed {beat['last_replay_at']}"
-                )
         lines.append("recent runs" + ("" if data["recent_runs"] else "  none"))
         lines += [
             f"  {r['logical_key']}  {r['status']}"
@@ -315,6 +310,10 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             + {True: ", committed", False: ", not committed", None: ""}[r["committed"]]
             for r in data["recent_runs"]
         ]
+        if beat is not None and beat["last_replay_key"]:
+            lines.append(
+                f"last replay  {beat['last_replay_key']}, committed {beat['last_replay_at']}"
+            )
         out.print(escape("\n".join(lines)))
 
     run_command(go)

@@ -122,14 +122,14 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         orphaned=view.orphaned or (view.paused and _unknown_job_error(beat)),
         last_success_key=beat["last_logical_key"] if beat else None,
         last_success_at=beat["last_success_at"] if beat else None,
+        last_replay_key=beat.get("last_replay_key") if beat else None,
+        last_replay_at=beat.get("last_replay_at") if beat else None,
         next_expected_at=beat["next_expected_at"] if beat else None,
         health=_health(beat, now=now, operator_paused=operator_paused),
         last_error=beat["last_error"] if beat else None,
         skipped_overlap=view.skipped_overlap,
         missed_catchup=view.missed_catchup,
         now=now,
-        last_replay_key=beat.get("last_replay_key") if beat else None,
-        last_replay_at=beat.get("last_replay_at") if beat else None,
     )
 
 
@@ -148,14 +148,14 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         orphaned=False,
         last_success_key=beat["last_logical_key"],
         last_success_at=beat["last_success_at"],
+        last_replay_key=beat.get("last_replay_key"),
+        last_replay_at=beat.get("last_replay_at"),
         next_expected_at=beat["next_expected_at"],
         health=_health(beat, now=now, operator_paused=beat["paused"]),
         last_error=beat["last_error"],
         skipped_overlap=0,
         missed_catchup=0,
         now=now,
-        last_replay_key=beat.get("last_replay_key"),
-        last_replay_at=beat.get("last_replay_at"),
     )
 
 

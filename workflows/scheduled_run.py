@@ -54,6 +54,9 @@ class ScheduledRunInput:
     job: str
     args: dict[str, Any] = field(default_factory=dict)
     args_digest: str = ""
+    definition_digest: str = ""
+    """The digest of the definition `schedules apply` wrote (also on the heartbeat row): the
+    worker's cache of next fire times is keyed by it."""
     overlap: str = "skip"
     lock_name: str = ""
     lock_ttl_seconds: float = 60.0
@@ -67,9 +70,6 @@ class ScheduledRunInput:
     """Set by `backfill run`: this run re-applies a past fire, it is not the schedule's live fire.
     A live fire has priority over replays for the lease, and a replay's commit never moves the
     live grid's heartbeat."""
-    definition_digest: str = ""
-    """The digest of the definition `schedules apply` wrote (also on the heartbeat row): the
-    worker's cache of next fire times is keyed by it."""
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -86,11 +86,11 @@ class ScheduledRunWorkflow:
             job=inp.job,
             args=inp.args,
             args_digest=inp.args_digest,
+            definition_digest=inp.definition_digest,
             lock_name=inp.lock_name or f"schedule:{inp.schedule_id}",
             lock_ttl_seconds=inp.lock_ttl_seconds,
             heartbeat_grace_seconds=inp.heartbeat_grace_seconds,
             replay=inp.replay,
-            definition_digest=inp.definition_digest,
         )
         give_up_at = workflow.now() + timeout
         wait = timedelta(seconds=1)
