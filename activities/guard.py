@@ -21,6 +21,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import next_fires
 from activities.context import RunContext
 from activities.contract import (
     ALREADY_DONE,
@@ -41,7 +42,6 @@ from activities.contract import (
     parse_fire_time,
 )
 from activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
-from activities.next_fires import NextFireCache, NextFires
 from cronwarden.logs import get_logger
 from store import heartbeats, locks, outbox
 from store.pool import own_statements
@@ -79,7 +79,7 @@ class GuardedRun:
         self._registry = registry
         self._client = client
         self._worker = worker_identity
-        self._next_fires = NextFireCache(client, timeout=DESCRIBE_TIMEOUT)
+        self._next_fires = next_fires.NextFireCache(client, timeout=DESCRIBE_TIMEOUT)
 
     @activity.defn(name=RUN_GUARDED)
     async def run_guarded(self, inp: GuardedRunInput) -> RunOutcome:
@@ -445,10 +445,12 @@ class GuardedRun:
             return None
         return lambda: self._next_fires.settled(inp.schedule_id)
 
-    async def _next_fires_known(self, inp: GuardedRunInput, ctx: RunContext) -> NextFires:
+    async def _next_fires_known(
+        self, inp: GuardedRunInput, ctx: RunContext
+    ) -> next_fires.NextFires:
         """The cached next fire times for the commit statement (a replay takes none)."""
         if inp.replay:
-            return NextFires(digest=None)
+            return next_fires.UNKNOWN
         if not ctx.in_transaction:
             # No transaction is open yet: the commit statement runs alone, after the look-up.
             await self._next_fires.settled(inp.schedule_id)
