@@ -259,6 +259,9 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
         else {
             "last_logical_key": beat["last_logical_key"],
             "last_success_at": _iso(beat["last_success_at"]),
+            # Replays (`backfill run`) are recorded apart: they never move the live fields.
+            "last_replay_key": beat.get("last_replay_key"),
+            "last_replay_at": _iso(beat.get("last_replay_at")),
             "next_expected_at": _iso(beat["next_expected_at"]),
             "grace_seconds": int(beat["grace"].total_seconds()),
             "paused": beat["paused"],
@@ -308,6 +311,10 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             + {True: ", committed", False: ", not committed", None: ""}[r["committed"]]
             for r in data["recent_runs"]
         ]
+        if beat is not None and beat["last_replay_key"]:
+            lines.append(
+                f"last replay  {beat['last_replay_key']}, committed {beat['last_replay_at']}"
+            )
         out.print(escape("\n".join(lines)))
 
     run_command(go)
