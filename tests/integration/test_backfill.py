@@ -36,13 +36,8 @@ from schedules.apply import apply_definitions
 from schedules.audit import audit
 from schedules.backfill import ManagedSchedule, load_managed, plan
 from schedules.backfill_cli import CONFIRM_ABOVE
-from schedules.replay import (
-    REPLAYED,
-    _start_or_attach,
-    replay_all,
-    replay_one,
-    replay_workflow_id,
-)
+from schedules.replay import REPLAYED, _start_or_attach, replay_all, replay_one
+from schedules.run_ids import REPLAY_INFIX, replay_workflow_id
 from schedules.window import Window
 from store import locks
 from tests.integration.conftest import (
@@ -287,7 +282,7 @@ async def test_running_backfill_twice_at_once_applies_each_key_once(
         pool,
         "SELECT logical_key FROM cronwarden.outbox WHERE schedule_id = $1 AND workflow_id LIKE $2",
         schedule_id,
-        f"{schedule_id}-replay-%",
+        f"{schedule_id}{REPLAY_INFIX}%",
     )
     assert len(rows) >= 6
     for report in (first, second):
