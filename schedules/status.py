@@ -151,7 +151,7 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         skipped_overlap=view.skipped_overlap,
         missed_catchup=view.missed_catchup,
         now=now,
-        lease_skips=beat["lease_skips"] if beat else 0,
+        lease_skips=beat.get("lease_skips", 0) if beat else 0,
         last_lease_skip=lease_skip_json(beat),
     )
 
@@ -177,7 +177,7 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         skipped_overlap=0,
         missed_catchup=0,
         now=now,
-        lease_skips=beat["lease_skips"],
+        lease_skips=beat.get("lease_skips", 0),
         last_lease_skip=lease_skip_json(beat),
     )
 
