@@ -72,6 +72,8 @@ class GuardedRunInput:
     when `wait_for_any`) before ending `overlap-locked`."""
     wait_for_any: bool = False
     """Wait whoever holds the lease (buffer_one fires, replays); else only behind a replay."""
+    per_key_lease: bool = False
+    """`lock_name` names this fire time's own lease (allow_all), not one the schedule reuses."""
     timeout_seconds: float | None = None
     """The job's own timeout, for the lease's run deadline (the activity's start-to-close also
     covers the wait for the lease)."""

@@ -113,6 +113,7 @@ class GuardedRun:
                 replay=inp.replay,
                 wait_for_any=inp.wait_for_any,
                 wait_seconds=inp.lock_wait_seconds,
+                per_key=inp.per_key_lease,
             ),
             log=log,
             heartbeat=activity.heartbeat,

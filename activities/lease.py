@@ -53,6 +53,8 @@ class LeaseRequest:
     """Wait whoever holds the lease (buffer_one fires, replays); else only behind a replay."""
     wait_seconds: float
     """The longest this run may wait for the lease before it ends `overlap-locked`."""
+    per_key: bool = False
+    """A per-fire-time lease (allow_all): taking it sweeps the schedule's released ones."""
 
 
 async def acquire_lease(
@@ -127,6 +129,7 @@ async def _acquire_once(pool: asyncpg.Pool, req: LeaseRequest) -> locks.Acquisit
             replay=req.replay,
             wait_for_any=req.wait_for_any,
             queue_ttl_seconds=QUEUE_TTL_SECONDS,
+            sweep_released=req.per_key,
         )
 
 

@@ -73,6 +73,13 @@ WITH done AS (
        AND ($10 OR EXISTS (SELECT 1 FROM current WHERE active AND replay))
     ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at
     RETURNING 1
+), swept AS (
+    -- Per-key leases (allow_all) leave one released row per fire time: the schedule's next
+    -- per-key acquire deletes its released ones. Only released rows: a lease still held or
+    -- expired-but-held is a run (perhaps a dead one a retry will take over), and stays.
+    DELETE FROM cronwarden.locks
+     WHERE $11 AND schedule_id = $6 AND name <> $1 AND holder IS NULL
+       AND expires_at < now() - interval '1 minute'
 ), dequeued AS (
     -- Our own place once we hold the lease, and places their waiters abandoned long ago.
     DELETE FROM cronwarden.lock_waiters
@@ -144,11 +151,13 @@ async def acquire(
     replay: bool = False,
     wait_for_any: bool = False,
     queue_ttl_seconds: float = 5.0,
+    sweep_released: bool = False,
 ) -> Acquisition:
     """`run_deadline_seconds` (the run's timeout + grace) marks when a run still holding the
     lease is taking too long: the monitor pages for it. `wait_for_any`: when not acquired, join
     the lease's queue whoever holds it (else only behind a replay); the place lasts
-    `queue_ttl_seconds` unless refreshed by the next call."""
+    `queue_ttl_seconds` unless refreshed by the next call. `sweep_released`: delete the
+    schedule's other released leases (per-key leases, one per fire time)."""
     row = await conn.fetchrow(
         _ACQUIRE,
         name,
@@ -161,6 +170,7 @@ async def acquire(
         1 if replay else 0,
         queue_ttl_seconds,
         wait_for_any,
+        sweep_released,
     )
     return Acquisition(
         token=row["token"],

@@ -102,6 +102,7 @@ class ScheduledRunWorkflow:
             # waits only behind a replay (a replay never costs a live fire); behind another
             # live run it is skipped at once, as skip says.
             wait_for_any=inp.replay or inp.overlap == "buffer_one",
+            per_key_lease=inp.overlap == "allow_all",
             timeout_seconds=inp.timeout_seconds,
         )
         waiting = (

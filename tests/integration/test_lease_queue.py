@@ -154,6 +154,37 @@ async def test_a_waiter_that_stopped_polling_stops_blocking_the_queue(pool: asyn
     assert (await take(pool, request(lock, "replay-1", replay=True))).token is not None
 
 
+async def test_taking_a_per_key_lease_sweeps_the_schedules_released_ones(
+    pool: asyncpg.Pool,
+) -> None:
+    # allow_all takes one lease per fire time: released ones must not pile up, one per fire.
+    for n in range(3):
+        got = await take(pool, request(f"schedule:sw@{n}", "old", schedule_id="sw"))
+        await release(pool, f"schedule:sw@{n}", got.token)
+    running = await take(pool, request("schedule:sw@running", "run", schedule_id="sw"))
+    assert running.token is not None
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET expires_at = now() - interval '2 minutes' "
+            "WHERE schedule_id = 'sw'"
+        )
+        new = await locks.acquire(
+            conn,
+            name="schedule:sw@9",
+            holder="new",
+            ttl_seconds=60,
+            logical_key="sw@9",
+            schedule_id="sw",
+            sweep_released=True,
+        )
+    assert new.token is not None
+    rows = await fetch(
+        pool, "SELECT name FROM cronwarden.locks WHERE schedule_id = 'sw' ORDER BY 1"
+    )
+    # The held one stays, however old: it is a run (a retry may still take it over).
+    assert [r["name"] for r in rows] == ["schedule:sw@9", "schedule:sw@running"]
+
+
 # --- cancellations ---------------------------------------------------------------------
 
 
