@@ -250,9 +250,9 @@ async def test_a_waiting_run_gets_the_lease_once_it_is_released(pool: asyncpg.Po
 # --- on real schedules -------------------------------------------------------------------
 
 
-async def cli_json(env: dict[str, str], *args: str) -> Any:
+async def cli_text(env: dict[str, str], *args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
-        *cronwarden_argv("--log-json", *args, "--json"),
+        *cronwarden_argv("--log-json", *args),
         env=env,
         cwd=REPO_ROOT,
         stdout=asyncio.subprocess.PIPE,
@@ -260,7 +260,11 @@ async def cli_json(env: dict[str, str], *args: str) -> Any:
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
     assert proc.returncode == 0, err.decode()
-    return json.loads(out.decode())
+    return out.decode()
+
+
+async def cli_json(env: dict[str, str], *args: str) -> Any:
+    return json.loads(await cli_text(env, *args, "--json"))
 
 
 def iso(value: datetime) -> str:
@@ -435,6 +439,13 @@ async def test_a_live_fire_skipped_at_a_shared_lease_is_recorded_and_shown_with_
     assert last["holder"] == other_key
     assert audited["skipped_lease_keys"] == [last["logical_key"]]
     assert last["logical_key"] in audited["missing_keys"]
+
+    # The human forms say it too, with the holder.
+    assert "at the lease)" in await cli_text(cli_env, "status")
+    described_text = await cli_text(cli_env, "schedules", "describe", schedule_id)
+    assert f"(lease held by {other_key})" in described_text
+    audit_text = await cli_text(cli_env, "audit", schedule_id, "--since", iso(created_at))
+    assert f"  skipped {last['logical_key']} (lease held by {other_key})" in audit_text
 
 
 async def test_allow_all_runs_a_job_slower_than_its_period_concurrently(
