@@ -75,6 +75,16 @@ class GuardedRunInput:
     """The digest of the schedule definition this run was fired from (empty: unknown)."""
     replay: bool = False
     """A `backfill run` replay of a past fire, not the schedule's live fire."""
+    lock_wait_seconds: float = 0.0
+    """How long this run may wait for the lease (it waits behind a replay, and for any holder
+    when `wait_for_any`) before ending `overlap-locked`."""
+    wait_for_any: bool = False
+    """Wait whoever holds the lease (buffer_one fires, replays); else only behind a replay."""
+    per_key_lease: bool = False
+    """`lock_name` names this fire time's own lease (allow_all), not one the schedule reuses."""
+    timeout_seconds: float | None = None
+    """The job's own timeout, for the lease's run deadline (the activity's start-to-close also
+    covers the wait for the lease)."""
 
 
 @dataclass

@@ -42,6 +42,7 @@ from activities.contract import (
     parse_fire_time,
 )
 from activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
+from activities.lease import LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from store import heartbeats, locks, outbox
 from store.pool import own_statements
@@ -102,9 +103,9 @@ class GuardedRun:
         # number decides between two of them (see store/locks.py).
         holder = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
 
-        async with own_statements(self._pool) as conn:
-            got = await locks.acquire(
-                conn,
+        got = await acquire_lease(
+            self._pool,
+            LeaseRequest(
                 name=inp.lock_name,
                 holder=holder,
                 attempt=info.attempt,
@@ -112,11 +113,20 @@ class GuardedRun:
                 logical_key=inp.logical_key,
                 schedule_id=inp.schedule_id,
                 run_deadline_seconds=_run_deadline_seconds(info, inp),
-            )
+                replay=inp.replay,
+                wait_for_any=inp.wait_for_any,
+                wait_seconds=inp.lock_wait_seconds,
+                per_key=inp.per_key_lease,
+            ),
+            log=log,
+            heartbeat=activity.heartbeat,
+        )
         if got.already_done:
             return self._already_done(inp, got.done_args_digest, info.attempt, log)
         if got.token is None:
             log.info("run.overlap-locked", lock=inp.lock_name, held_by=got.held_for)
+            if not inp.replay:
+                await self._record_lease_skip(inp, got.held_for, log)
             return RunOutcome(
                 OVERLAP_LOCKED, inp.logical_key, attempt=info.attempt, held_by=got.held_for
             )
@@ -152,6 +162,17 @@ class GuardedRun:
             replay=inp.replay,
         )
         return await self._holding_lease(inp, spec, ctx, record, log)
+
+    async def _record_lease_skip(self, inp: GuardedRunInput, held_by: str | None, log: Any) -> None:
+        """A live fire skipped at the lease (not by Temporal's overlap policy): counted on the
+        heartbeat row with the holder, so audit and status show it instead of a silent success."""
+        try:
+            async with own_statements(self._pool) as conn:
+                await heartbeats.record_lease_skip(
+                    conn, schedule_id=inp.schedule_id, logical_key=inp.logical_key, holder=held_by
+                )
+        except _DB_ERRORS as exc:
+            log.warning("run.record-lease-skip-failed", error=str(exc))
 
     async def _holding_lease(
         self,
@@ -505,6 +526,9 @@ def _ran(record: CommitRecord) -> RunOutcome:
 
 def _run_deadline_seconds(info: activity.Info, inp: GuardedRunInput) -> float | None:
     """How long this attempt may hold the lease before the monitor pages: timeout + grace."""
+    if inp.timeout_seconds is not None:
+        # The activity's start-to-close also covers the wait for the lease, over by now.
+        return inp.timeout_seconds + inp.heartbeat_grace_seconds
     timeout = info.start_to_close_timeout
     return timeout.total_seconds() + inp.heartbeat_grace_seconds if timeout else None
 

@@ -191,7 +191,7 @@ class _Runner:
         return lambda: self._client.start_workflow(
             ScheduledRunWorkflow.run,
             guarded_input(schedule_id, fire, lock_name=f"bench:{serial}"),
-            id=f"{schedule_id}-replay-{fire:%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:6]}",
+            id=f"{schedule_id}~replay-{fire:%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:6]}",
             task_queue=self._task_queue,
         )
 

@@ -144,7 +144,8 @@ def backfill_run(
     async def go() -> int:
         from activities.contract import OVERLAP_LOCKED
         from schedules.backfill import plan
-        from schedules.replay import FAILED, replay_workflow_id
+        from schedules.replay import FAILED
+        from schedules.run_ids import replay_workflow_id
 
         window = _window(start, end)
         async with _connected(schedule_id) as ctx:
@@ -285,7 +286,21 @@ def audit_command(
             f"{t['missed_catchup_window_total']} missed (catchup window)"
             + (", paused" if t["paused"] else "")
         )
+        lease = data["lease"]
+        if lease["skipped_total"]:
+            last = lease["last_skip"]
+            out.print(
+                f"skipped at the lease (a shared lock's other holder, a stale holder): "
+                f"{lease['skipped_total']}, last {last['logical_key']} held by "
+                f"{last['holder'] or 'another run'}"
+            )
+        skipped = set(data["skipped_lease_keys"])
         _print_lines(f"  running {key}" for key in data["in_flight_keys"])
-        _print_lines(f"  missing {key}" for key in data["missing_keys"])
+        _print_lines(
+            f"  skipped {key} (lease held by {data['lease']['last_skip']['holder']})"
+            if key in skipped
+            else f"  missing {key}"
+            for key in data["missing_keys"]
+        )
 
     run_command(go)

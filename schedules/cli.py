@@ -224,6 +224,7 @@ async def _run_outcome(
 
 async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> dict[str, Any]:
     from activities.contract import logical_key
+    from schedules.status import lease_skip_json
     from store import heartbeats, outbox
 
     keys = {r.workflow_id: logical_key(v.schedule_id, r.scheduled_at) for r in v.recent_runs}
@@ -267,6 +268,8 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
             "paused": beat["paused"],
             "paused_reason": beat["paused_reason"],
             "last_error": beat["last_error"],
+            "skipped_lease": beat["lease_skips"],
+            "last_lease_skip": lease_skip_json(beat),
         },
         "definition": v.definition,
     }
@@ -278,6 +281,7 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
 
     async def go() -> None:
         from schedules.inventory import get_view
+        from schedules.status import lease_skip_text
 
         async with _temporal_and_db() as (client, pool):
             data = await _describe_json(client, pool, await get_view(client, schedule_id))
@@ -303,6 +307,9 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             lines.append(
                 f"heartbeat    last success {beat['last_logical_key'] or 'never'}, next expected "
                 f"{beat['next_expected_at'] or '-'}, last error {beat['last_error'] or '-'}"
+            )
+            lines.append(
+                "             " + lease_skip_text(beat["skipped_lease"], beat["last_lease_skip"])
             )
         lines.append("recent runs" + ("" if data["recent_runs"] else "  none"))
         lines += [
@@ -523,7 +530,8 @@ def _print_status(
             f"[{style}]{r.health}[/]" if style else r.health,
             escape(incident_text(r)),
             escape(_clip(r.last_error or "-", 50)),
-            f"{r.skipped_overlap} / {r.missed_catchup}",
+            f"{r.skipped_overlap} / {r.missed_catchup}"
+            + (f" (+{r.lease_skips} at the lease)" if r.lease_skips else ""),
         )
     out.print(f"cronwarden status at {display_time(now, zone)}")
     if system_incident is not None:

@@ -40,6 +40,11 @@ class StatusRow:
     skipped_overlap: int
     missed_catchup: int
     now: datetime
+    lease_skips: int = 0
+    """Live fires that ended `overlap-locked` at the lease (a shared lock's other holder, a
+    stale holder within its TTL): skipped by cronwarden, not by Temporal's overlap policy."""
+    last_lease_skip: dict[str, Any] | None = None
+    """The last of them: `logical_key`, `holder` (the run holding the lease), `at`."""
     incident: dict[str, Any] | None = None
     """The schedule's open incident (`cronwarden monitor`), if any."""
     last_replay_key: str | None = None
@@ -73,6 +78,8 @@ class StatusRow:
             "last_error": self.last_error,
             "skipped_overlap": self.skipped_overlap,
             "missed_catchup": self.missed_catchup,
+            "skipped_lease": self.lease_skips,
+            "last_lease_skip": self.last_lease_skip,
             "incident": incident_json(self.incident),
             "last_replay": {"logical_key": self.last_replay_key, "at": _iso(self.last_replay_at)},
         }
@@ -88,6 +95,26 @@ def incident_json(incident: dict[str, Any] | None) -> dict[str, Any] | None:
         "opened_at": _iso(incident["opened_at"]),
         "system_incident_id": incident["parent_id"],
     }
+
+
+def lease_skip_json(beat: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The heartbeat row's last lease skip, as `status`, `describe` and `audit` show it."""
+    if beat is None or not beat.get("last_lease_skip_key"):
+        return None
+    return {
+        "logical_key": beat["last_lease_skip_key"],
+        "holder": beat["last_lease_skip_holder"],
+        "at": _iso(beat["last_lease_skip_at"]),
+    }
+
+
+def lease_skip_text(count: int, last: dict[str, Any] | None) -> str:
+    if not count or last is None:
+        return f"skipped (lease) {count}"
+    return (
+        f"skipped (lease) {count}, last {last['logical_key']} "
+        f"(lease held by {last['holder'] or 'another run'})"
+    )
 
 
 def build_rows(
@@ -130,6 +157,8 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         skipped_overlap=view.skipped_overlap,
         missed_catchup=view.missed_catchup,
         now=now,
+        lease_skips=beat.get("lease_skips", 0) if beat else 0,
+        last_lease_skip=lease_skip_json(beat),
     )
 
 
@@ -156,6 +185,8 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         skipped_overlap=0,
         missed_catchup=0,
         now=now,
+        lease_skips=beat.get("lease_skips", 0),
+        last_lease_skip=lease_skip_json(beat),
     )
 
 

@@ -41,6 +41,18 @@ UPDATE cronwarden.heartbeats
  WHERE schedule_id = $1
 """
 
+# A live fire that ended `overlap-locked` at the lease. UPDATE only, like the commit: a
+# schedule deleted meanwhile keeps no row.
+_RECORD_LEASE_SKIP = """
+UPDATE cronwarden.heartbeats
+   SET lease_skips = lease_skips + 1,
+       last_lease_skip_key = $2,
+       last_lease_skip_holder = $3,
+       last_lease_skip_at = now(),
+       updated_at = now()
+ WHERE schedule_id = $1
+"""
+
 _GET = "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1"
 
 
@@ -67,6 +79,12 @@ async def expect_all_if_missing(
 
 async def record_failure(conn: Any, *, schedule_id: str, error: str) -> None:
     await conn.execute(_RECORD_FAILURE, schedule_id, error[:2000])
+
+
+async def record_lease_skip(
+    conn: Any, *, schedule_id: str, logical_key: str, holder: str | None
+) -> None:
+    await conn.execute(_RECORD_LEASE_SKIP, schedule_id, logical_key, holder)
 
 
 async def get(conn: Any, schedule_id: str) -> dict[str, Any] | None:

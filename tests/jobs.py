@@ -149,3 +149,15 @@ async def leak_session(ctx: JobContext) -> None:
     # the pool must reset it before anyone else borrows the connection.
     async with ctx.transaction() as conn:
         await conn.execute("SET application_name = 'leaked-by-job'")
+
+
+class ReadArgs(BaseModel):
+    sleep: float = Field(default=0.0, ge=0)
+
+
+@job("slow-read", read_only=True, args_model=ReadArgs)
+async def slow_read(ctx: JobContext) -> dict[str, Any]:
+    """A read-only job (allowed `overlap: allow_all`) that takes `sleep` seconds."""
+    args: ReadArgs = ctx.args
+    await asyncio.sleep(args.sleep)
+    return {"key": ctx.logical_key}

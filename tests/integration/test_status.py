@@ -37,6 +37,8 @@ ROW_KEYS = {
     "last_error",
     "skipped_overlap",
     "missed_catchup",
+    "skipped_lease",
+    "last_lease_skip",
     "incident",
     "last_replay",
 }
