@@ -12,6 +12,8 @@ LATE = "late"
 """The expected fire time has passed, but its grace has not: a run may still be committing."""
 OVERDUE = "overdue"
 """Past the expected fire time plus grace: the monitor pages."""
+RUNNING = "running"
+"""Past the expected fire time, within its grace, and a run is in progress: not late."""
 PAUSED = "paused"
 """Paused by an operator: the monitor stays silent."""
 UNTRACKED = "untracked"
@@ -33,6 +35,7 @@ def derive_health(
     operator_paused: bool,
     next_expected_at: datetime | None,
     grace: timedelta,
+    running: bool = False,
 ) -> str:
     if not tracked:
         return UNTRACKED
@@ -42,7 +45,8 @@ def derive_health(
         # No fire expected (a spec with no future times) is nothing to be late for.
         return OK
     if now <= next_expected_at + grace:
-        return LATE
+        # The expected run may be the one in progress: it is not late until its grace is out.
+        return RUNNING if running else LATE
     return OVERDUE
 
 

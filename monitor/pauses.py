@@ -1,0 +1,115 @@
+"""Pause truth: a pause recorded by `schedules pause` counts only while Temporal holds it too.
+
+Temporal's UI and CLI can unpause a schedule without cronwarden knowing; its heartbeat row would
+then keep the monitor silent about a schedule Temporal runs. Each pass therefore looks up, in
+Temporal, every schedule whose row says paused (few, and found by an index) and lifts the row's
+pause when Temporal no longer holds it. Temporal is asked, never relied on: when it does not
+answer in time the pass goes on with the rows as they are, so the monitor keeps paging from
+Postgres alone. (A schedule Temporal cannot reach runs nowhere, so its recorded pause silences
+nothing that runs.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from temporalio.client import Client
+
+from cronwarden.logs import get_logger
+from schedules.inventory import describe_many
+from store import heartbeats
+
+log = get_logger("cronwarden.monitor")
+
+TemporalConnect = Callable[[], Awaitable[Client]]
+
+
+@dataclass(frozen=True)
+class Lift:
+    """A recorded pause Temporal no longer holds, to lift with `heartbeats.lift_stale_pause`."""
+
+    schedule_id: str
+    seen_updated_at: datetime
+    next_expected_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PauseCheckPolicy:
+    timeout: float = 5.0
+    """Longest a pass waits for Temporal (connecting, or describing the paused schedules)."""
+    reconnect_every: float = 30.0
+    """After a failed connect, how long passes go on without asking Temporal."""
+
+
+class PauseCheck:
+    """Finds the recorded pauses that Temporal no longer holds (see the module docstring)."""
+
+    def __init__(self, connect: TemporalConnect, policy: PauseCheckPolicy | None = None) -> None:
+        self._connect = connect
+        self.policy = policy or PauseCheckPolicy()
+        self._client: Client | None = None
+        self._next_connect = 0.0
+        self._reachable = True
+
+    async def _client_or_none(self) -> Client | None:
+        if self._client is not None:
+            return self._client
+        if time.monotonic() < self._next_connect:
+            return None
+        try:
+            async with asyncio.timeout(self.policy.timeout):
+                self._client = await self._connect()
+        except Exception as exc:
+            self._next_connect = time.monotonic() + self.policy.reconnect_every
+            self._unreachable(exc)
+            return None
+        return self._client
+
+    def _unreachable(self, exc: BaseException) -> None:
+        if self._reachable:
+            log.warning(
+                "monitor.temporal-unreachable",
+                error=type(exc).__name__,
+                note="recorded pauses are trusted until Temporal answers again",
+            )
+        self._reachable = False
+
+    async def lifts(self, rows: Sequence[Mapping[str, Any]]) -> list[Lift]:
+        """Of `rows` (marked paused), those Temporal runs unpaused, with their new deadline.
+        Empty when Temporal does not answer in time."""
+        if not rows:
+            return []
+        client = await self._client_or_none()
+        if client is None:
+            return []
+        try:
+            async with asyncio.timeout(self.policy.timeout):
+                found = await describe_many(client, [r["schedule_id"] for r in rows])
+        except Exception as exc:
+            self._unreachable(exc)
+            return []
+        if not self._reachable:
+            log.info("monitor.temporal-reachable")
+            self._reachable = True
+        lifts = []
+        for row, desc in zip(rows, found, strict=True):
+            # Gone from Temporal: nothing runs it, so the pause silences nothing (and `apply`
+            # re-creating it clears the pause).
+            if desc is None or desc.schedule.state.paused:
+                continue
+            times = desc.info.next_action_times
+            lifts.append(
+                Lift(
+                    schedule_id=row["schedule_id"],
+                    seen_updated_at=row["updated_at"],
+                    next_expected_at=heartbeats.lifted_deadline(
+                        row["next_expected_at"], times[0] if times else None
+                    ),
+                )
+            )
+        return lifts
