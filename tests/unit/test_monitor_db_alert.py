@@ -25,7 +25,7 @@ def run(events: list[tuple[float, bool]]) -> list[str]:
 
 
 def test_an_outage_pages_at_once_repeats_every_period_and_resolves_once() -> None:
-    passes = [(t, False) for t in range(0, 1900, 15)] + [(1900, True), (1915, True)]
+    passes = [(float(t), False) for t in range(0, 1900, 15)] + [(1900.0, True), (1915.0, True)]
     assert run(passes) == ["trigger", "trigger", "trigger", "resolve"]
 
 
