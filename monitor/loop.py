@@ -203,6 +203,7 @@ class Monitor:
                 watched=len(snap.watched),
                 rule=self.options.rule,
                 join_window=timedelta(seconds=2 * self.options.interval),
+                system_members=snap.system_members,
             )
             report.overdue = sum(
                 scan.heartbeat_problem(b, snap.now) is not None for b in snap.overdue

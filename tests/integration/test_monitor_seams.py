@@ -444,6 +444,56 @@ async def test_a_system_incident_whose_schedules_were_paged_alone_meanwhile_send
     assert await incidents_of(pool, None) == []
 
 
+async def age_the_system_incident(pool: asyncpg.Pool) -> None:
+    """Make the open system incident an hour old: past the window in which schedules join it."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.incidents SET opened_at = now() - interval '1 hour'"
+            " WHERE schedule_id IS NULL AND resolved_at IS NULL"
+        )
+
+
+async def test_a_system_member_overdue_again_rejoins_the_system_incident_not_paged_alone(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    ids = [f"{schedule_id}-{i}" for i in range(3)]
+    for sid in ids:
+        await stage(pool, sid)
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 2)
+        [system_page] = events(receiver)
+        await heartbeat_lands(pool, ids[0])  # one recovers (quietly: the others are still out)
+        await passes(monitor)
+        await age_the_system_incident(pool)
+        await expected_ago(pool, ids[0], "1 hour")  # the same outage catches it again
+        await passes(monitor, 2)
+    assert events(receiver) == [system_page]
+    [system] = await incidents_of(pool, None)
+    first, again = await incidents_of(pool, ids[0])
+    assert first["resolved_at"] is not None and again["parent_id"] == system["id"]
+    assert again["resolved_at"] is None and system["resolved_at"] is None
+
+
+async def test_schedules_overdue_long_after_a_system_incident_opened_page_on_their_own(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    first = [f"{schedule_id}-a{i}" for i in range(3)]
+    later = [f"{schedule_id}-b{i}" for i in range(3)]
+    for sid in first:
+        await stage(pool, sid)
+    for sid in later:
+        await stage(pool, sid, late="-1 hour")
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 2)
+        await age_the_system_incident(pool)
+        for sid in later:  # enough to meet the system rule on their own
+            await expected_ago(pool, sid, "1 hour")
+        await passes(monitor, 2)
+    pages = events(receiver)
+    assert [p["schedule_id"] for p in pages] == [None, *later]
+    assert all(p["event"] == "trigger" for p in pages)
+
+
 # 9 (part). A run in progress is running, not late ------------------------------------------------
 
 
