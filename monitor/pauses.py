@@ -12,6 +12,7 @@ nothing that runs.)
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ class PauseCheckPolicy:
     """Longest a pass waits for Temporal (connecting, or describing the paused schedules)."""
     reconnect_every: float = 30.0
     """After a failed connect, how long passes go on without asking Temporal."""
+    batch: int = 100
+    """At most this many paused schedules looked up per pass; more are taken in turn over the
+    next passes, so a pass stays cheap however many schedules are paused."""
 
 
 class PauseCheck:
@@ -55,6 +59,8 @@ class PauseCheck:
         self._client: Client | None = None
         self._next_connect = 0.0
         self._reachable = True
+        self._after = ""
+        """The last schedule id looked up: the next pass goes on from there."""
 
     async def _client_or_none(self) -> Client | None:
         if self._client is not None:
@@ -79,6 +85,14 @@ class PauseCheck:
             )
         self._reachable = False
 
+    def share(self, rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """This pass's share of `rows`: the next `batch` by schedule id, wrapping around."""
+        ordered = sorted(rows, key=lambda r: str(r["schedule_id"]))
+        start = bisect.bisect_right([str(r["schedule_id"]) for r in ordered], self._after)
+        turn = (ordered[start:] + ordered[:start])[: self.policy.batch]
+        self._after = str(turn[-1]["schedule_id"]) if len(ordered) > len(turn) else ""
+        return turn
+
     async def lifts(self, rows: Sequence[Mapping[str, Any]]) -> list[Lift]:
         """Of `rows` (marked paused), those Temporal runs unpaused, with their new deadline.
         Empty when Temporal does not answer in time."""
@@ -87,6 +101,7 @@ class PauseCheck:
         client = await self._client_or_none()
         if client is None:
             return []
+        rows = self.share(rows)
         try:
             async with asyncio.timeout(self.policy.timeout):
                 found = await describe_many(client, [r["schedule_id"] for r in rows])

@@ -67,8 +67,10 @@ class Http:
 
     def _get_client(self) -> httpx.AsyncClient:
         if self._client is None:
+            # Proxy settings from the environment (HTTPS_PROXY, NO_PROXY) are honoured, as
+            # urllib did: a monitor's egress may have to go through one.
             self._client = httpx.AsyncClient(
-                headers={"User-Agent": USER_AGENT}, follow_redirects=False, trust_env=False
+                headers={"User-Agent": USER_AGENT}, follow_redirects=False
             )
         return self._client
 
