@@ -511,9 +511,7 @@ class Monitor:
                     sink,
                     message,
                     # The same for every resend of this alert's trigger or resolve.
-                    delivery_id=(
-                        f"cronwarden:{message['dedup_key']}:{opened}:{message['event']}:{sink.name}"
-                    ),
+                    delivery_id=(f"{message['dedup_key']}:{opened}:{message['event']}:{sink.name}"),
                     timeout=self._send_timeout(deadline),
                 )
             except Exception as exc:
