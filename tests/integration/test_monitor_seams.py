@@ -133,6 +133,46 @@ async def test_a_pause_lifted_in_temporal_alone_pages_within_grace_and_two_passe
         await handle.delete()
 
 
+async def test_status_and_the_monitor_agree_on_every_kind_of_pause(
+    database: str,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    receiver: Receiver,
+    cli_env: dict[str, str],
+    schedule_id: str,
+) -> None:
+    cases = ["operator", "lifted-in-temporal", "failure", "plain-overdue", "fine"]
+    ids = {case: f"{schedule_id}-{case}" for case in cases}
+    defns = [definition(sid, every="1h") for sid in ids.values()]
+    await apply_definitions(client, pool, defns, task_queue=task_queue)
+    try:
+        await operations.pause(client, pool, ids["operator"], reason="hold")
+        await operations.pause(client, pool, ids["lifted-in-temporal"], reason="hold")
+        await client.get_schedule_handle(ids["lifted-in-temporal"]).unpause(note="from the UI")
+        await client.get_schedule_handle(ids["failure"]).pause(note="Workflow failed")
+        for case in cases:
+            if case != "fine":  # each was due a day ago
+                await expected_ago(pool, ids[case], "1 day")
+        result = await cli(cli_env, "status", "--json")
+        assert result.code == 0, result
+        before = {sid: status_of(result.stdout, sid)[0]["health"] for sid in ids.values()}
+        async with monitoring(database, receiver, pauses=pause_check(client)) as monitor:
+            await passes(monitor, 2)
+        result = await cli(cli_env, "status", "--json")
+        assert result.code == 0, result
+        after = {sid: status_of(result.stdout, sid)[0]["health"] for sid in ids.values()}
+        paged = {b["schedule_id"] for b in events(receiver)}
+        for sid in ids.values():
+            # Overdue in `status` exactly when the monitor pages, before its pass and after.
+            assert (before[sid] == "overdue") == (sid in paged), (sid, before[sid], paged)
+            assert (after[sid] == "overdue") == (sid in paged), (sid, after[sid], paged)
+        assert paged == {ids["failure"], ids["plain-overdue"]}
+    finally:
+        for sid in ids.values():
+            await client.get_schedule_handle(sid).delete()
+
+
 async def test_with_temporal_down_the_monitor_still_pages_and_trusts_recorded_pauses(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
