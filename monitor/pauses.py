@@ -1,4 +1,6 @@
-"""Pause truth: a pause recorded by `schedules pause` counts only while Temporal holds it too.
+"""Pause truth: a pause recorded by `schedules pause` counts only while Temporal holds it too
+(paused, with the note `schedules pause` wrote: pause_on_failure replaces that note, and its
+pause must page).
 
 Temporal's UI and CLI can unpause a schedule without cronwarden knowing; its heartbeat row would
 then keep the monitor silent about a schedule Temporal runs. Each pass therefore looks up, in
@@ -22,6 +24,7 @@ from typing import Any
 from temporalio.client import Client
 
 from cronwarden.logs import get_logger
+from schedules.health import held_by_operator
 from schedules.inventory import describe_many
 from store import heartbeats
 
@@ -115,16 +118,25 @@ class PauseCheck:
         for row, desc in zip(rows, found, strict=True):
             # Gone from Temporal: nothing runs it, so the pause silences nothing (and `apply`
             # re-creating it clears the pause).
-            if desc is None or desc.schedule.state.paused:
+            if desc is None:
                 continue
-            times = desc.info.next_action_times
+            state = desc.schedule.state
+            if state.paused and held_by_operator(state.note):
+                continue
+            if state.paused:
+                # Paused again by something else (pause_on_failure): that pause pages, judged
+                # by the deadline the row holds.
+                deadline = row["next_expected_at"]
+            else:
+                times = desc.info.next_action_times
+                deadline = heartbeats.lifted_deadline(
+                    row["next_expected_at"], times[0] if times else None
+                )
             lifts.append(
                 Lift(
                     schedule_id=row["schedule_id"],
                     seen_updated_at=row["updated_at"],
-                    next_expected_at=heartbeats.lifted_deadline(
-                        row["next_expected_at"], times[0] if times else None
-                    ),
+                    next_expected_at=deadline,
                 )
             )
         return lifts

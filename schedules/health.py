@@ -50,6 +50,14 @@ def derive_health(
     return OVERDUE
 
 
+def held_by_operator(note: str | None) -> bool:
+    """Whether a pause Temporal holds is the one `schedules pause` made: its note. Any other
+    note (pause_on_failure overwrites it, a worker missing the job writes its own) means the
+    schedule was paused again by something else, which pages: a recorded operator pause no
+    longer silences it."""
+    return (note or "").startswith(OPERATOR_NOTE)
+
+
 def paused_by(*, temporal_paused: bool, operator_paused: bool) -> str | None:
     """Who paused the schedule, as far as cronwarden can tell.
 

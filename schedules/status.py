@@ -12,7 +12,14 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from activities.contract import ORPHAN_NOTE_PREFIX
-from schedules.health import OPERATOR, OPERATOR_NOTE, derive_health, format_age, paused_by
+from schedules.health import (
+    OPERATOR,
+    OPERATOR_NOTE,
+    derive_health,
+    format_age,
+    held_by_operator,
+    paused_by,
+)
 from schedules.inventory import ScheduleView
 from store.heartbeats import lifted_deadline
 
@@ -104,8 +111,9 @@ def build_rows(
 
 def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> StatusRow:
     recorded = bool(beat and beat["paused"])
-    # The row's pause silences the schedule only while Temporal really holds it paused.
-    operator_paused = recorded and view.paused
+    # The row's pause silences the schedule only while Temporal really holds that pause (the
+    # monitor judges it the same way, `monitor.pauses`).
+    operator_paused = recorded and view.paused and held_by_operator(view.note)
     next_expected = beat["next_expected_at"] if beat else None
     if beat is not None and recorded and not view.paused:
         # Unpaused in Temporal alone: judged with the deadline the monitor gives it when it
@@ -121,7 +129,10 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         spec=view.spec,
         overlap=view.overlap,
         paused=view.paused,
-        paused_by=paused_by(temporal_paused=view.paused, operator_paused=recorded),
+        paused_by=paused_by(
+            temporal_paused=view.paused,
+            operator_paused=operator_paused or (recorded and not view.paused),
+        ),
         pause_note=view.note if view.paused else beat["paused_reason"] if beat else None,
         orphaned=view.orphaned or (view.paused and _unknown_job_error(beat)),
         last_success_key=beat["last_logical_key"] if beat else None,

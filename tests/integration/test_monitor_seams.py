@@ -142,7 +142,14 @@ async def test_status_and_the_monitor_agree_on_every_kind_of_pause(
     cli_env: dict[str, str],
     schedule_id: str,
 ) -> None:
-    cases = ["operator", "lifted-in-temporal", "failure", "plain-overdue", "fine"]
+    cases = [
+        "operator",
+        "lifted-in-temporal",
+        "failure",
+        "operator-then-failure",
+        "plain-overdue",
+        "fine",
+    ]
     ids = {case: f"{schedule_id}-{case}" for case in cases}
     defns = [definition(sid, every="1h") for sid in ids.values()]
     await apply_definitions(client, pool, defns, task_queue=task_queue)
@@ -151,13 +158,22 @@ async def test_status_and_the_monitor_agree_on_every_kind_of_pause(
         await operations.pause(client, pool, ids["lifted-in-temporal"], reason="hold")
         await client.get_schedule_handle(ids["lifted-in-temporal"]).unpause(note="from the UI")
         await client.get_schedule_handle(ids["failure"]).pause(note="Workflow failed")
+        # Unpaused in Temporal's UI, then its next run failed and pause_on_failure paused it
+        # again, with its own note: that pause pages.
+        await operations.pause(client, pool, ids["operator-then-failure"], reason="hold")
+        refailed = client.get_schedule_handle(ids["operator-then-failure"])
+        await refailed.unpause(note="from the UI")
+        await refailed.pause(note="Workflow failed")
         for case in cases:
             if case != "fine":  # each was due a day ago
                 await expected_ago(pool, ids[case], "1 day")
         result = await cli(cli_env, "status", "--json")
         assert result.code == 0, result
         before = {sid: status_of(result.stdout, sid)[0]["health"] for sid in ids.values()}
-        async with monitoring(database, receiver, pauses=pause_check(client)) as monitor:
+        one_page_each: dict[str, Any] = {"monitor_system_min_schedules": 100}
+        async with monitoring(
+            database, receiver, pauses=pause_check(client), **one_page_each
+        ) as monitor:
             await passes(monitor, 2)
         result = await cli(cli_env, "status", "--json")
         assert result.code == 0, result
@@ -167,7 +183,7 @@ async def test_status_and_the_monitor_agree_on_every_kind_of_pause(
             # Overdue in `status` exactly when the monitor pages, before its pass and after.
             assert (before[sid] == "overdue") == (sid in paged), (sid, before[sid], paged)
             assert (after[sid] == "overdue") == (sid in paged), (sid, after[sid], paged)
-        assert paged == {ids["failure"], ids["plain-overdue"]}
+        assert paged == {ids["failure"], ids["operator-then-failure"], ids["plain-overdue"]}
     finally:
         for sid in ids.values():
             await client.get_schedule_handle(sid).delete()
