@@ -20,6 +20,7 @@ from rich.table import Table
 
 from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.errors import InvalidInput
+from cronwarden.times import utc_text
 
 if TYPE_CHECKING:
     import asyncpg
@@ -49,7 +50,7 @@ def emit_json(data: Any) -> None:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+    return utc_text(value) if value else None
 
 
 @asynccontextmanager
@@ -264,6 +265,9 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
         else {
             "last_logical_key": beat["last_logical_key"],
             "last_success_at": _iso(beat["last_success_at"]),
+            # Replays (`backfill run`) are recorded apart: they never move the live fields.
+            "last_replay_key": beat.get("last_replay_key"),
+            "last_replay_at": _iso(beat.get("last_replay_at")),
             "next_expected_at": _iso(beat["next_expected_at"]),
             "grace_seconds": int(beat["grace"].total_seconds()),
             "paused": beat["paused"],
@@ -313,6 +317,10 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             + {True: ", committed", False: ", not committed", None: ""}[r["committed"]]
             for r in data["recent_runs"]
         ]
+        if beat is not None and beat["last_replay_key"]:
+            lines.append(
+                f"last replay  {beat['last_replay_key']}, committed {beat['last_replay_at']}"
+            )
         out.print(escape("\n".join(lines)))
 
     run_command(go)

@@ -20,17 +20,17 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contract import logical_key
+from activities.contract import DIGEST_MEMO, logical_key
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
 from schedules.health import OPERATOR_NOTE
 from schedules.inventory import (
-    NoSuchSchedule,
     RecentRun,
     ScheduleView,
+    action_memo,
     describe_or_none,
     get_managed,
-    known_ids,
+    no_such_schedule,
 )
 from schedules.model import ScheduleDefinition
 from store import heartbeats
@@ -93,8 +93,13 @@ async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> Sched
             await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
         else:
             # No row (never applied here, or lost): start tracking, or the monitor never would.
+            digest = (await action_memo(client, after.description)).get(DIGEST_MEMO)
             await heartbeats.expect(
-                conn, schedule_id=schedule_id, next_expected_at=next_fire, grace=_grace(before)
+                conn,
+                schedule_id=schedule_id,
+                next_expected_at=next_fire,
+                grace=_grace(before),
+                definition_digest=digest if isinstance(digest, str) else None,
             )
     log.info(
         "schedule.unpaused",
@@ -121,7 +126,7 @@ async def delete_target(client: Client, pool: asyncpg.Pool, schedule_id: str) ->
         return True
     async with pool.acquire() as conn:
         if await heartbeats.get(conn, schedule_id) is None:
-            raise NoSuchSchedule(f"no schedule '{schedule_id}' ({await known_ids(client)})")
+            raise await no_such_schedule(client, schedule_id)
     return False
 
 

@@ -50,6 +50,9 @@ class StatusRow:
     now: datetime
     incident: dict[str, Any] | None = None
     """The schedule's open incident (`cronwarden monitor`), if any."""
+    last_replay_key: str | None = None
+    last_replay_at: datetime | None = None
+    """The last `backfill run` replay committed (replays never move the live fields)."""
 
     @property
     def last_success_age(self) -> timedelta | None:
@@ -79,6 +82,7 @@ class StatusRow:
             "skipped_overlap": self.skipped_overlap,
             "missed_catchup": self.missed_catchup,
             "incident": incident_json(self.incident),
+            "last_replay": {"logical_key": self.last_replay_key, "at": _iso(self.last_replay_at)},
         }
 
 
@@ -137,6 +141,8 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         orphaned=view.orphaned or (view.paused and _unknown_job_error(beat)),
         last_success_key=beat["last_logical_key"] if beat else None,
         last_success_at=beat["last_success_at"] if beat else None,
+        last_replay_key=beat.get("last_replay_key") if beat else None,
+        last_replay_at=beat.get("last_replay_at") if beat else None,
         next_expected_at=next_expected,
         health=_health(
             beat,
@@ -167,6 +173,8 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         orphaned=False,
         last_success_key=beat["last_logical_key"],
         last_success_at=beat["last_success_at"],
+        last_replay_key=beat.get("last_replay_key"),
+        last_replay_at=beat.get("last_replay_at"),
         next_expected_at=beat["next_expected_at"],
         health=_health(
             beat,

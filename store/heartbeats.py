@@ -8,23 +8,31 @@ from typing import Any
 
 # Written by `schedules apply`: the first expected fire, so a schedule that never runs at all is
 # noticed too. Last-success fields are left alone on an update.
+# The definition digest is written with them: a worker's cached next fire times count only for
+# the definition they were described from (store/runs.py).
 _EXPECT = """
-INSERT INTO cronwarden.heartbeats AS h (schedule_id, next_expected_at, grace, updated_at)
-VALUES ($1, $2, $3, now())
+INSERT INTO cronwarden.heartbeats AS h
+       (schedule_id, next_expected_at, grace, definition_digest, updated_at)
+VALUES ($1, $2, $3, $4, now())
 ON CONFLICT (schedule_id) DO UPDATE
    SET next_expected_at = EXCLUDED.next_expected_at,
        grace = EXCLUDED.grace,
+       definition_digest = EXCLUDED.definition_digest,
        updated_at = now()
 """
 
 # One statement for every unchanged schedule of an apply: a file of a thousand schedules must
-# not cost a thousand round trips when nothing changed.
+# not cost a thousand round trips when nothing changed. A row without the digest (written before
+# rows carried it) gets it; nothing else of an existing row changes.
 _EXPECT_IF_MISSING = """
-INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, grace, updated_at)
-SELECT schedule_id, next_expected_at, grace, now()
-  FROM unnest($1::text[], $2::timestamptz[], $3::interval[])
-       AS e(schedule_id, next_expected_at, grace)
-ON CONFLICT (schedule_id) DO NOTHING
+INSERT INTO cronwarden.heartbeats AS h
+       (schedule_id, next_expected_at, grace, definition_digest, updated_at)
+SELECT schedule_id, next_expected_at, grace, definition_digest, now()
+  FROM unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[])
+       AS e(schedule_id, next_expected_at, grace, definition_digest)
+ON CONFLICT (schedule_id) DO UPDATE
+   SET definition_digest = EXCLUDED.definition_digest
+ WHERE h.definition_digest IS DISTINCT FROM EXCLUDED.definition_digest
 """
 
 _RECORD_FAILURE = """
@@ -37,18 +45,24 @@ _GET = "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1"
 
 
 async def expect(
-    conn: Any, *, schedule_id: str, next_expected_at: datetime | None, grace: timedelta
+    conn: Any,
+    *,
+    schedule_id: str,
+    next_expected_at: datetime | None,
+    grace: timedelta,
+    definition_digest: str | None,
 ) -> None:
-    await conn.execute(_EXPECT, schedule_id, next_expected_at, grace)
+    await conn.execute(_EXPECT, schedule_id, next_expected_at, grace, definition_digest)
 
 
 async def expect_all_if_missing(
-    conn: Any, expected: Sequence[tuple[str, datetime | None, timedelta]]
+    conn: Any, expected: Sequence[tuple[str, datetime | None, timedelta, str]]
 ) -> None:
-    """Create the missing rows of (schedule id, next expected fire, grace); leave the others."""
+    """Create the missing rows of (schedule id, next expected fire, grace, definition digest);
+    of the others only a stale digest is corrected."""
     if expected:
-        ids, times, graces = zip(*expected, strict=True)
-        await conn.execute(_EXPECT_IF_MISSING, list(ids), list(times), list(graces))
+        ids, times, graces, digests = zip(*expected, strict=True)
+        await conn.execute(_EXPECT_IF_MISSING, list(ids), list(times), list(graces), list(digests))
 
 
 async def record_failure(conn: Any, *, schedule_id: str, error: str) -> None:

@@ -74,6 +74,33 @@ async def nan_result(ctx: JobContext) -> dict[str, Any]:
     return {"ratio": float("nan")}
 
 
+class EndsTransactionArgs(BaseModel):
+    statement: str
+    """Run inside ctx.transaction() after the effect: "COMMIT", a script ending in COMMIT,
+    "COMMIT; BEGIN"... A job must never do this: the guard must catch it."""
+
+
+@job("ends-transaction", args_model=EndsTransactionArgs)
+async def ends_transaction(ctx: JobContext) -> None:
+    args: EndsTransactionArgs = ctx.args
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx)
+        await conn.execute(args.statement)
+
+
+class MarksStartArgs(BaseModel):
+    marker: str
+    """A file the job creates the moment it starts: the test sees whether the job ran at all."""
+
+
+@job("marks-start", args_model=MarksStartArgs)
+async def marks_start(ctx: JobContext) -> None:
+    args: MarksStartArgs = ctx.args
+    Path(args.marker).touch()
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx)
+
+
 class DropConnectionArgs(BaseModel):
     dsn: str
     on_attempts: int = 1

@@ -54,6 +54,9 @@ class ScheduledRunInput:
     job: str
     args: dict[str, Any] = field(default_factory=dict)
     args_digest: str = ""
+    definition_digest: str = ""
+    """The digest of the definition `schedules apply` wrote (also on the heartbeat row): the
+    worker's cache of next fire times is keyed by it."""
     overlap: str = "skip"
     lock_name: str = ""
     lock_ttl_seconds: float = 60.0
@@ -81,6 +84,7 @@ class ScheduledRunWorkflow:
             logical_key=key,
             fire_time=fire_time.isoformat(),
             job=inp.job,
+            definition_digest=inp.definition_digest,
             args=inp.args,
             args_digest=inp.args_digest,
             lock_name=inp.lock_name or f"schedule:{inp.schedule_id}",

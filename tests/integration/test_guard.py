@@ -418,7 +418,6 @@ async def test_a_release_after_its_own_commit_is_not_taken_for_a_lost_lease(
             args_digest=digest({}),
             workflow_id=None,
             run_id=None,
-            next_expected_at=None,
             grace=timedelta(seconds=60),
             write_heartbeat=False,
         )

@@ -233,6 +233,9 @@ async def test_acquire_without_a_deadline_leaves_the_lease_unwatched(pool: async
     assert row["run_deadline"] is None and row["schedule_id"] is None
 
 
+NEXT_FIRE = datetime(2099, 1, 1, tzinfo=UTC)
+
+
 async def commit_a_run(pool: asyncpg.Pool, schedule_id: str) -> CommitOutcome:
     """What the guard's commit does, for a fresh lease on the schedule."""
     lock = f"schedule:{schedule_id}"
@@ -255,9 +258,10 @@ async def commit_a_run(pool: asyncpg.Pool, schedule_id: str) -> CommitOutcome:
                 args_digest="d",
                 workflow_id=None,
                 run_id=None,
-                next_expected_at=fire + timedelta(hours=1),
                 grace=timedelta(minutes=1),
                 write_heartbeat=True,
+                # The worker's cached next fires: the statement takes the first after now().
+                next_fire_times=[fire + timedelta(hours=1), NEXT_FIRE],
             ),
         )
 
@@ -283,7 +287,7 @@ async def test_a_runs_commit_updates_the_heartbeat_row_that_apply_created(
         pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
     )
     assert beat["last_logical_key"] == f"{schedule_id}@2026-03-01T11:00:00Z"
-    assert beat["next_expected_at"] == datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    assert beat["next_expected_at"] == NEXT_FIRE
 
 
 async def test_five_schedules_overdue_together_send_one_system_page_and_one_resolve(

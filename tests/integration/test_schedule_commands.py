@@ -628,14 +628,21 @@ async def test_commands_on_an_unknown_id_exit_1_naming_the_known_ids(
     client: Client, cli_env: dict[str, str], managed: str
 ) -> None:
     await wait_for(lambda: listed(client, managed), timeout=20, what="listed")
-    for command in ("describe", "pause", "unpause", "trigger"):
-        result = await cli(cli_env, "schedules", command, "no-such-schedule")
+    window = ("--start", "-1h", "--end", "now")
+    # One wording in every command that takes an id, audit and backfill included.
+    for command in (
+        *(("schedules", c, "no-such-schedule") for c in ("describe", "pause", "unpause")),
+        ("schedules", "trigger", "no-such-schedule"),
+        ("schedules", "delete", "no-such-schedule", "--yes"),
+        ("audit", "no-such-schedule"),
+        ("backfill", "plan", "no-such-schedule", *window),
+        ("backfill", "run", "no-such-schedule", *window),
+    ):
+        result = await cli(cli_env, *command)
         assert result.code == 1, (command, result)
-        assert result.stderr.startswith("error: no schedule 'no-such-schedule' (known: ")
+        assert result.stderr.startswith("error: no schedule 'no-such-schedule' (known: "), command
         assert managed in result.stderr
         assert "Traceback" not in result.stderr
-    gone = await cli(cli_env, "schedules", "delete", "no-such-schedule", "--yes")
-    assert gone.code == 1 and "no schedule 'no-such-schedule'" in gone.stderr
 
 
 async def test_operations_leave_a_schedule_cronwarden_did_not_create_alone(

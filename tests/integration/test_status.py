@@ -38,6 +38,7 @@ ROW_KEYS = {
     "skipped_overlap",
     "missed_catchup",
     "incident",
+    "last_replay",
 }
 
 

@@ -1,8 +1,17 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
-from cronwarden.config import Settings, describe_dsn, redact_dsn
+from cronwarden.config import (
+    Settings,
+    describe_dsn,
+    dsn_password,
+    dsn_url,
+    redact_dsn,
+    settings_error_message,
+)
+from cronwarden.redact import MASK, redact
 from cronwarden.temporal import _plain_reason
 
 
@@ -38,3 +47,40 @@ def test_the_temporal_connect_error_is_reduced_to_its_human_part() -> None:
     )
     assert _plain_reason(raw) == "Connection refused"
     assert _plain_reason("Failed client connect: something else") == "something else"
+
+
+def test_a_keyword_dsn_becomes_a_url_and_its_password_is_never_shown() -> None:
+    dsn = "host=db.internal port=6432 user='app user' password='it\\'s s3cret' dbname=ledger"
+    url = dsn_url(dsn)
+    assert url.startswith("postgresql://app%20user:")
+    assert url.endswith("@db.internal:6432/ledger")
+    assert dsn_password(dsn) == "it's s3cret"
+    assert "s3cret" not in redact_dsn(dsn) and "s3cret" not in describe_dsn(dsn)
+    assert describe_dsn(dsn) == "db.internal:6432/ledger"
+
+
+def test_a_query_password_is_never_shown() -> None:
+    dsn = "postgresql://app@db/ledger?sslmode=require&password=s3cret"
+    assert dsn_password(dsn) == "s3cret"
+    assert "s3cret" not in redact_dsn(dsn) and "sslmode=require" in redact_dsn(dsn)
+
+
+def test_every_secret_a_setting_carries_is_blanked_from_text() -> None:
+    Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        database_url="host=db password=kw-s3cret-1",  # type: ignore[arg-type]
+        slack_webhook_url="https://hooks.slack.example/services/T0/B0/slack-s3cret-2",  # type: ignore[arg-type]
+        temporal_api_key="key-s3cret-3",  # type: ignore[arg-type]
+    )
+    text = redact(
+        "connect failed for password kw-s3cret-1; POST /services/T0/B0/slack-s3cret-2 failed; "
+        "key key-s3cret-3"
+    )
+    assert "s3cret" not in text and text.count(MASK) == 3
+
+
+def test_a_dsn_that_is_neither_form_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Settings(_env_file=None, database_url="password=s3cret and then nonsense")  # type: ignore[call-arg,arg-type]
+    message = settings_error_message(caught.value)
+    assert "CRONWARDEN_DATABASE_URL" in message and "s3cret" not in message

@@ -147,3 +147,16 @@ def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer(
     _confirm(5000, yes=True)
     with pytest.raises(InvalidInput, match="pass --yes"):
         _confirm(101, yes=False)
+
+
+def test_window_errors_print_times_in_whole_seconds() -> None:
+    now = datetime(2026, 11, 30, 4, 0, 30, 123_456, tzinfo=UTC)
+    with pytest.raises(InvalidInput) as empty:
+        make_window(now, now, now=now)
+    assert str(empty.value) == (
+        "the window is empty: its end (2026-11-30T04:00:30Z) is not after its start "
+        "(2026-11-30T04:00:30Z)"
+    )
+    with pytest.raises(InvalidInput) as future:
+        make_window(now - timedelta(hours=1), now + timedelta(seconds=1), now=now)
+    assert "(2026-11-30T04:00:31Z, now is 2026-11-30T04:00:30Z)" in str(future.value)
