@@ -36,12 +36,16 @@ class Metrics:
     """Unix time of the last pass that reached the database."""
     sent: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
+    dead: Counter[str] = field(default_factory=Counter)
 
     def notification_sent(self, sink: str) -> None:
         self.sent[sink] += 1
 
     def notification_failed(self, sink: str) -> None:
         self.failed[sink] += 1
+
+    def notification_dead(self, sink: str) -> None:
+        self.dead[sink] += 1
 
     def render(self) -> str:
         lines: list[str] = []
@@ -75,10 +79,19 @@ class Metrics:
         family(
             "cronwarden_notifications_failed_total",
             "counter",
-            "Delivery attempts that failed (and will be retried), by sink.",
+            "Delivery attempts that failed, by sink.",
         )
         for sink, n in sorted(self.failed.items()):
             lines.append(f'cronwarden_notifications_failed_total{{sink="{_label(sink)}"}} {n}')
+        family(
+            "cronwarden_notifications_dead_lettered_total",
+            "counter",
+            "Notifications given up on (refused by the sink, or failed every attempt), by sink.",
+        )
+        for sink, n in sorted(self.dead.items()):
+            lines.append(
+                f'cronwarden_notifications_dead_lettered_total{{sink="{_label(sink)}"}} {n}'
+            )
         family(
             "cronwarden_monitor_database_up", "gauge", "1 if the last pass reached the database."
         )

@@ -265,7 +265,7 @@ async def apply_definitions(
         next_times = (await handle.describe()).info.next_action_times
         change.next_fire = next_times[0] if next_times else None
         if pool is not None:
-            async with pool.acquire() as conn:
+            async with pool.acquire() as conn, conn.transaction():
                 await heartbeats.expect(
                     conn,
                     schedule_id=defn.id,
@@ -273,6 +273,10 @@ async def apply_definitions(
                     grace=defn.heartbeat_grace,
                     definition_digest=definition_digest(defn, task_queue=task_queue),
                 )
+                if change.action == CREATED:
+                    # Temporal creates it unpaused: a pause recorded for an earlier schedule of
+                    # this id (deleted outside cronwarden) must not keep the monitor silent.
+                    await heartbeats.forget_pause(conn, defn.id)
         _log_change(change)
         changes.append(change)
     for change in pruned:

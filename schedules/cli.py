@@ -35,7 +35,13 @@ schedules_app = typer.Typer(help="Register, inspect and operate schedules.", no_
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 IdArgument = Annotated[str, typer.Argument(help="Schedule id.", show_default=False)]
 
-HEALTH_STYLE = {"ok": "green", "late": "yellow", "overdue": "bold red", "paused": "cyan"}
+HEALTH_STYLE = {
+    "ok": "green",
+    "running": "green",
+    "late": "yellow",
+    "overdue": "bold red",
+    "paused": "cyan",
+}
 
 
 def emit_json(data: Any) -> None:
@@ -459,8 +465,8 @@ def status_command(
 
     async def go() -> None:
         from schedules.inventory import all_views, describe_or_none, view
-        from schedules.status import build_rows, incident_json
-        from store import heartbeats, incidents
+        from schedules.status import build_rows, dead_letter_json, incident_json
+        from store import heartbeats, incidents, notifications
 
         zone = _zone(tz)
         async with _temporal_and_db() as (client, pool):
@@ -468,6 +474,7 @@ def status_command(
             async with pool.acquire() as conn:
                 beats = await heartbeats.all_rows(conn)
                 open_incidents = await incidents.open_incidents(conn)
+                dead = await notifications.dead_letters(conn)
             listed = {v.schedule_id for v in views}
             # Temporal's list lags behind a create: look up a heartbeat's schedule directly
             # before calling it gone.
@@ -485,10 +492,13 @@ def status_command(
                     "generated_at": _iso(now),
                     "system_incident": incident_json(system[0]) if system else None,
                     "schedules": [r.as_json() for r in rows],
+                    "dead_letters": [dead_letter_json(d) for d in dead],
                 }
             )
             return
-        _print_status(rows, zone=zone, now=now, system_incident=system[0] if system else None)
+        _print_status(
+            rows, zone=zone, now=now, system_incident=system[0] if system else None, dead=dead
+        )
 
     run_command(go)
 
@@ -499,8 +509,15 @@ def _print_status(
     zone: tzinfo,
     now: datetime,
     system_incident: dict[str, Any] | None = None,
+    dead: list[dict[str, Any]] | None = None,
 ) -> None:
-    from schedules.status import display_time, incident_text, pause_text, success_text
+    from schedules.status import (
+        dead_letter_text,
+        display_time,
+        incident_text,
+        pause_text,
+        success_text,
+    )
 
     if not rows:
         out.print("no schedules")
@@ -540,6 +557,11 @@ def _print_status(
             f"{escape(system_incident['summary'])}"
         )
     _print_table(table)
+    if dead:
+        # Pages that never reached a sink: someone must look, the monitor will not retry them.
+        out.print(f"[bold red]{len(dead)} notification(s) could not be delivered[/] (last 7 days):")
+        for d in dead[:10]:
+            out.print(f"  {escape(dead_letter_text(d, zone))}")
 
 
 def _clip(text: str, limit: int) -> str:

@@ -3,7 +3,9 @@
 Pause and unpause are Temporal's patch operations (no read-modify-write of the schedule), so they
 cannot overwrite a concurrent apply or pause_on_failure. Each orders its two writes so that a
 failure between them leaves the monitor paging (loud) rather than silent: pause changes Temporal
-first, then the heartbeat row; unpause clears the row's pause first, then unpauses Temporal.
+first, then the heartbeat row; unpause lifts the row's pause first (with a deadline no earlier
+than now, in the same statement), then unpauses Temporal. A pause lifted in Temporal alone (its
+UI or CLI) is noticed by the monitor, which checks every paused row against Temporal.
 """
 
 from __future__ import annotations
@@ -76,8 +78,12 @@ async def pause(
 
 async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> ScheduleView:
     before = await get_managed(client, schedule_id)
+    # Our best guess of the next fire before Temporal runs the schedule again; the row's pause
+    # and its stale deadline go together (`heartbeats.lift_pause`), then the exact next fire
+    # once Temporal has it.
+    guess = before.next_fire_times[0] if before.next_fire_times else None
     async with pool.acquire() as conn:
-        had_row = await heartbeats.clear_pause(conn, schedule_id)
+        had_row = await heartbeats.lift_pause(conn, schedule_id, next_expected_at=guess)
     await client.get_schedule_handle(schedule_id).unpause(note="unpaused by operator")
     after = await get_managed(client, schedule_id)
     next_fire = after.next_fire_times[0] if after.next_fire_times else None

@@ -12,8 +12,16 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from activities.contract import ORPHAN_NOTE_PREFIX
-from schedules.health import OPERATOR, OPERATOR_NOTE, derive_health, format_age, paused_by
+from schedules.health import (
+    OPERATOR,
+    OPERATOR_NOTE,
+    derive_health,
+    format_age,
+    held_by_operator,
+    paused_by,
+)
 from schedules.inventory import ScheduleView
+from store.heartbeats import lifted_deadline
 
 
 @dataclass
@@ -134,8 +142,16 @@ def build_rows(
 
 def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> StatusRow:
     recorded = bool(beat and beat["paused"])
-    # The row's pause silences the schedule only while Temporal really holds it paused.
-    operator_paused = recorded and view.paused
+    # The row's pause silences the schedule only while Temporal really holds that pause (the
+    # monitor judges it the same way, `monitor.pauses`).
+    operator_paused = recorded and view.paused and held_by_operator(view.note)
+    next_expected = beat["next_expected_at"] if beat else None
+    if beat is not None and recorded and not view.paused:
+        # Unpaused in Temporal alone: judged with the deadline the monitor gives it when it
+        # lifts the row's pause (its next pass), so the two agree in between too.
+        next_expected = lifted_deadline(
+            next_expected, view.next_fire_times[0] if view.next_fire_times else None
+        )
     return StatusRow(
         schedule_id=view.schedule_id,
         managed=view.managed,
@@ -144,15 +160,24 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         spec=view.spec,
         overlap=view.overlap,
         paused=view.paused,
-        paused_by=paused_by(temporal_paused=view.paused, operator_paused=recorded),
+        paused_by=paused_by(
+            temporal_paused=view.paused,
+            operator_paused=operator_paused or (recorded and not view.paused),
+        ),
         pause_note=view.note if view.paused else beat["paused_reason"] if beat else None,
         orphaned=view.orphaned or (view.paused and _unknown_job_error(beat)),
         last_success_key=beat["last_logical_key"] if beat else None,
         last_success_at=beat["last_success_at"] if beat else None,
         last_replay_key=beat.get("last_replay_key") if beat else None,
         last_replay_at=beat.get("last_replay_at") if beat else None,
-        next_expected_at=beat["next_expected_at"] if beat else None,
-        health=_health(beat, now=now, operator_paused=operator_paused),
+        next_expected_at=next_expected,
+        health=_health(
+            beat,
+            now=now,
+            operator_paused=operator_paused,
+            next_expected_at=next_expected,
+            running=bool(view.running),
+        ),
         last_error=beat["last_error"] if beat else None,
         skipped_overlap=view.skipped_overlap,
         missed_catchup=view.missed_catchup,
@@ -180,7 +205,12 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         last_replay_key=beat.get("last_replay_key"),
         last_replay_at=beat.get("last_replay_at"),
         next_expected_at=beat["next_expected_at"],
-        health=_health(beat, now=now, operator_paused=beat["paused"]),
+        health=_health(
+            beat,
+            now=now,
+            operator_paused=beat["paused"],
+            next_expected_at=beat["next_expected_at"],
+        ),
         last_error=beat["last_error"],
         skipped_overlap=0,
         missed_catchup=0,
@@ -196,13 +226,21 @@ def _unknown_job_error(beat: dict[str, Any] | None) -> bool:
     return bool(beat and (beat["last_error"] or "").startswith("unknown job "))
 
 
-def _health(beat: dict[str, Any] | None, *, now: datetime, operator_paused: bool) -> str:
+def _health(
+    beat: dict[str, Any] | None,
+    *,
+    now: datetime,
+    operator_paused: bool,
+    next_expected_at: datetime | None,
+    running: bool = False,
+) -> str:
     return derive_health(
         now=now,
         tracked=beat is not None,
         operator_paused=operator_paused,
-        next_expected_at=beat["next_expected_at"] if beat else None,
+        next_expected_at=next_expected_at,
         grace=beat["grace"] if beat else timedelta(0),
+        running=running,
     )
 
 
@@ -231,6 +269,28 @@ def pause_text(row: StatusRow) -> str:
     elif row.orphaned:
         kind += ", job not registered"
     return f"{kind}: {note}" if note else kind
+
+
+def dead_letter_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A notification the monitor gave up on (`store.notifications.dead_letters`)."""
+    return {
+        "notification_id": row["id"],
+        "incident_id": row["incident_id"],
+        "schedule_id": row["schedule_id"],
+        "event": row["event"],
+        "sink": row["sink"],
+        "attempts": row["attempts"],
+        "error": row["last_error"],
+        "dead_at": _iso(row["dead_at"]),
+    }
+
+
+def dead_letter_text(row: dict[str, Any], zone: tzinfo) -> str:
+    target = row["schedule_id"] or "system"
+    return (
+        f"{row['event']} of incident #{row['incident_id']} ({target}) to {row['sink']}, "
+        f"given up at {display_time(row['dead_at'], zone)}: {row['last_error']}"
+    )
 
 
 def incident_text(row: StatusRow) -> str:

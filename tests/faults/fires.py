@@ -20,7 +20,7 @@ from tests.faults.counts import count_row
 from tests.faults.tally import FaultRow, outbox_keys
 from tests.integration.conftest import wait_for
 from tests.integration.test_backfill import cli_json, every_two_seconds, iso
-from tests.integration.test_monitor import env_for, settings_for, start_monitor
+from tests.monitor_support import env_for, settings_for, start_monitor
 from tests.receiver import Receiver
 
 
