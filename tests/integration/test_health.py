@@ -11,6 +11,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 import structlog.testing
+from pydantic import SecretStr
 from temporalio.client import Client
 
 from cronwarden.config import Settings
@@ -135,7 +136,7 @@ async def test_with_postgres_and_temporal_down_the_worker_is_alive_and_not_ready
 
 async def test_with_postgres_down_the_monitor_is_alive_and_not_ready() -> None:
     # Nothing listens on this port: every pass fails to reach the database.
-    settings = Settings(database_url=f"postgresql://postgres@127.0.0.1:{free_port()}/x")
+    settings = Settings(database_url=SecretStr(f"postgresql://postgres@127.0.0.1:{free_port()}/x"))
     port = free_port()
     stop = asyncio.Event()
     with structlog.testing.capture_logs() as logs:
