@@ -1,5 +1,5 @@
 """`cronwarden migrate --check [--wait]`: what a worker's init container runs, as the runtime role,
-so a new worker never starts before the migrate Job applied its migrations."""
+so a new worker never starts before the monitor's migrate step applied its migrations."""
 
 from __future__ import annotations
 

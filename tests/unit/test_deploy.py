@@ -7,6 +7,7 @@ against Kubernetes' own schemas. Each check is also shown to fail on a broken in
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -272,11 +273,18 @@ def containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
     return [*pod.get("initContainers", []), *pod["containers"]]
 
 
-def env_secret_key(container: dict[str, Any], name: str) -> str | None:
-    for var in container.get("env", []):
-        if var["name"] == name:
-            return str(var["valueFrom"]["secretKeyRef"]["key"])
-    return None
+def secret_file(pod: dict[str, Any], container: dict[str, Any], name: str) -> str | None:
+    """The Secret key a container's `<name>_FILE` reads, through the volume mounted there."""
+    path = next(
+        (v.get("value") for v in container.get("env", []) if v["name"] == f"{name}_FILE"), None
+    )
+    if path is None:
+        return None
+    mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+    volume_name = mounts[str(Path(path).parent)]
+    volume = next(v for v in pod["volumes"] if v["name"] == volume_name)
+    [item] = [i for i in volume["secret"]["items"] if i["path"] == Path(path).name]
+    return f"{volume['secret']['secretName']}/{item['key']}"
 
 
 @pytest.fixture(scope="module", params=["base", "example"])
@@ -288,7 +296,14 @@ def test_the_manifests_render_and_validate_against_the_kubernetes_schemas(
     rendered: list[dict[str, Any]],
 ) -> None:
     kinds = sorted(d["kind"] for d in rendered)
-    assert {"ServiceAccount", "ConfigMap", "Deployment", "Job", "PodDisruptionBudget"} <= set(kinds)
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "ConfigMap",
+        "Deployment",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    } <= set(kinds)
     assert schema_problems(rendered) == []
 
 
@@ -327,33 +342,34 @@ def test_every_pod_runs_locked_down_without_a_service_account_token(
             assert "temporal-tls" in mounts, f"{name}/{c['name']}"
 
 
-def test_only_the_migrate_job_gets_the_migrator_dsn(rendered: list[dict[str, Any]]) -> None:
-    for name, pod in pod_specs(rendered).items():
-        for c in containers(pod):
-            key = env_secret_key(c, "CRONWARDEN_DATABASE_URL")
-            expected = "migrator-url" if name == "cronwarden-migrate" else "runtime-url"
-            assert key == expected, f"{name}/{c['name']}"
-
-
-def test_every_pod_that_connects_to_the_database_first_waits_for_the_migrations(
+def test_secrets_reach_the_pods_as_files_and_the_migrator_dsn_only_the_migrate_step(
     rendered: list[dict[str, Any]],
 ) -> None:
-    connecting = {
-        name
-        for name, pod in pod_specs(rendered).items()
-        if any(env_secret_key(c, "CRONWARDEN_DATABASE_URL") for c in pod["containers"])
-    }
-    assert connecting == {
-        "cronwarden-migrate",
-        "cronwarden-worker",
-        "cronwarden-monitor",
-        "cronwarden-schedules-apply",
-    }
-    for name in connecting - {"cronwarden-migrate"}:
-        [first, *_] = pod_specs(rendered)[name].get("initContainers") or [{"args": []}]
-        assert first["args"][:3] == ["migrate", "--check", "--wait"], name
-        assert float(first["args"][3]) > 0, name
-        assert env_secret_key(first, "CRONWARDEN_DATABASE_URL") == "runtime-url", name
+    seen = {}
+    for name, pod in pod_specs(rendered).items():
+        assert pod["enableServiceLinks"] is False, name
+        for c in containers(pod):
+            where = f"{name}/{c['name']}"
+            for var in c.get("env", []):
+                assert "valueFrom" not in var, f"{where}: {var['name']} from a Secret as env"
+            assert all("secretRef" not in s for s in c.get("envFrom", [])), where
+            seen[where] = secret_file(pod, c, "CRONWARDEN_DATABASE_URL")
+    assert seen.pop("cronwarden-monitor/migrate") == "cronwarden-database/migrator-url"
+    assert set(seen.values()) == {"cronwarden-database/runtime-url"}, seen
+
+
+def test_every_pod_waits_for_the_migrations_and_the_monitor_carries_the_release(
+    rendered: list[dict[str, Any]],
+) -> None:
+    assert set(pod_specs(rendered)) == {"cronwarden-worker", "cronwarden-monitor"}
+    [wait] = pod_specs(rendered)["cronwarden-worker"]["initContainers"]
+    assert wait["args"][:3] == ["migrate", "--check", "--wait"]
+    assert wait["args"][3] == "10m"
+    # In order: migrate (under the advisory lock), then apply the schedules, then monitor.
+    steps = [c["args"] for c in pod_specs(rendered)["cronwarden-monitor"]["initContainers"]]
+    assert steps[0] == ["migrate"]
+    assert steps[1][:2] == ["schedules", "apply"]
+    assert len(steps) == 2
 
 
 def configmaps_used(pod: dict[str, Any]) -> set[str]:
@@ -393,18 +409,77 @@ def test_the_configmap_names_carry_a_content_hash_so_a_change_rolls_the_pods(
         assert settings not in configmaps_used(pod_specs(after)[deployment]), deployment
 
 
-def test_finished_jobs_expire_and_a_drain_evicts_one_worker_at_a_time(
+def release(base: Path, *, tag: str, schedules: str) -> list[dict[str, Any]]:
+    kustomization = base / "kustomization.yaml"
+    text = re.sub(r'newTag: "[^"]*"', f'newTag: "{tag}"', kustomization.read_text())
+    kustomization.write_text(text)
+    (base / "schedules.yaml").write_text(schedules)
+    return render(base)
+
+
+def test_a_second_release_changes_only_fields_kubectl_apply_may_change(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(KUBERNETES / "base", base)
+    first = release(base, tag="1.0.0", schedules="schedules: []\n")
+    second = release(
+        base,
+        tag="1.1.0",
+        schedules="schedules:\n  - {id: nightly, job: reconcile, cron: '0 2 * * *'}\n",
+    )
+    # Nothing with an immutable pod template (a Job) and no new object under an old name that
+    # could hold one: `kubectl apply -k` of the second release needs no delete first.
+    for docs in (first, second):
+        assert {d["kind"] for d in docs}.isdisjoint({"Job", "CronJob", "Pod", "StatefulSet"})
+    # The new image and schedules change the monitor's template: its rollout migrates and
+    # applies; the workers' changes too, and their new pods wait for that migration.
+    for deployment in ("cronwarden-monitor", "cronwarden-worker"):
+        before = by_name(first, "Deployment", deployment)["spec"]["template"]
+        after = by_name(second, "Deployment", deployment)["spec"]["template"]
+        assert before != after, deployment
+    monitor = pod_specs(second)["cronwarden-monitor"]
+    assert {c["image"] for c in containers(monitor)} == {"cronwarden:1.1.0"}
+    applied = by_name(second, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
+    assert applied in configmaps_used(monitor)
+    assert applied != by_name(first, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
+    # Old monitors stop only once a new one is ready, so a release that cannot migrate or
+    # apply leaves monitoring up.
+    strategy = by_name(second, "Deployment", "cronwarden-monitor")["spec"]["strategy"]
+    assert strategy["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def test_a_drain_evicts_one_pod_at_a_time_and_unready_pods_always(
     rendered: list[dict[str, Any]],
 ) -> None:
-    for job in ("cronwarden-migrate", "cronwarden-schedules-apply"):
-        assert by_name(rendered, "Job", job)["spec"]["ttlSecondsAfterFinished"] == 600, job
-    budget = by_name(rendered, "PodDisruptionBudget", "cronwarden-worker")
-    assert budget["spec"]["maxUnavailable"] == 1
+    for component in ("cronwarden-worker", "cronwarden-monitor"):
+        budget = by_name(rendered, "PodDisruptionBudget", component)["spec"]
+        assert budget["maxUnavailable"] == 1, component
+        assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow", component
 
 
-def test_the_example_namespace_enforces_the_restricted_pod_security_level() -> None:
-    [namespace] = [d for d in render(KUBERNETES / "example") if d["kind"] == "Namespace"]
+def test_everything_lives_in_a_namespace_that_enforces_the_restricted_level(
+    rendered: list[dict[str, Any]],
+) -> None:
+    [namespace] = [d for d in rendered if d["kind"] == "Namespace"]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    for doc in rendered:
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == namespace["metadata"]["name"], doc["kind"]
+
+
+def test_the_network_policy_opens_only_the_probe_ports_and_the_servers_ports(
+    rendered: list[dict[str, Any]],
+) -> None:
+    policy = by_name(rendered, "NetworkPolicy", "cronwarden")["spec"]
+    assert policy["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "cronwarden"}
+    assert set(policy["policyTypes"]) == {"Ingress", "Egress"}
+    [ingress] = policy["ingress"]
+    assert {p["port"] for p in ingress["ports"]} == {8080, 9101}
+    egress = {(p["port"], p["protocol"]) for rule in policy["egress"] for p in rule["ports"]}
+    assert egress == {(53, "UDP"), (53, "TCP"), (7233, "TCP"), (5432, "TCP"), (443, "TCP")}
+    pods = [
+        d["spec"]["template"]["metadata"]["labels"] for d in rendered if d["kind"] == "Deployment"
+    ]
+    assert all(policy["podSelector"]["matchLabels"].items() <= labels.items() for labels in pods)
 
 
 def test_the_worker_probes_its_health_port_and_outlives_its_graceful_timeout(
@@ -442,24 +517,24 @@ def test_the_monitor_runs_two_replicas_scraped_on_its_metrics_port(
     template = deployment["spec"]["template"]
     [monitor] = template["spec"]["containers"]
     assert monitor["args"] == ["monitor", "--metrics-port", "9101"]
+    # Liveness never depends on the database; readiness does.
+    assert monitor["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert monitor["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     annotations = template["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == "9101"
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
-def test_the_schedule_apply_job_applies_the_mounted_schedule_file(
+def test_the_monitor_applies_the_mounted_schedule_file(
     rendered: list[dict[str, Any]],
 ) -> None:
-    job = by_name(rendered, "Job", "cronwarden-schedules-apply")["spec"]["template"]["spec"]
-    [apply] = job["containers"]
-    assert apply["args"][:2] == ["schedules", "apply"]
+    pod = pod_specs(rendered)["cronwarden-monitor"]
+    [apply] = [c for c in pod["initContainers"] if c["args"][:2] == ["schedules", "apply"]]
     mount = {m["name"]: m["mountPath"] for m in apply["volumeMounts"]}["schedules"]
     assert Path(apply["args"][2]).parent == Path(mount)
     schedules = by_name(rendered, "ConfigMap", "cronwarden-schedules")
-    volume = next(v for v in job["volumes"] if v["name"] == "schedules")
+    volume = next(v for v in pod["volumes"] if v["name"] == "schedules")
     assert volume["configMap"]["name"] == schedules["metadata"]["name"]
-    settings = by_name(rendered, "ConfigMap", "cronwarden-settings")["data"]
-    registry = import_job_modules(settings["CRONWARDEN_JOBS"].split(","))
-    # The file the Job will apply is a valid schedule file for the image's jobs.
-    parse_schedule_text(schedules["data"][Path(apply["args"][2]).name], registry)
+    # The file applied is a valid schedule file, with no demo job in the example.
+    parse_schedule_text(schedules["data"][Path(apply["args"][2]).name], import_job_modules([]))
