@@ -222,6 +222,7 @@ def test_the_compose_stack_checks_postgres_over_tcp_retries_one_shots_and_binds_
     long_running = {"worker", "monitor"}
     one_shots = {n for n, svc in services.items() if "build" in svc and n not in long_running}
     assert one_shots == {"migrate", "schedules-apply"}
+    one_shots |= {"temporal-schema", "temporal-namespace"}
     awaited = {
         dep
         for svc in services.values()
@@ -235,6 +236,25 @@ def test_the_compose_stack_checks_postgres_over_tcp_retries_one_shots_and_binds_
     assert {n for n, _ in published} == {"temporal-ui", "monitor"}
     for name, port in published:
         assert str(port).startswith("127.0.0.1:"), (name, port)
+
+
+def test_the_compose_stack_runs_maintained_temporal_images_and_waits_for_the_namespace() -> None:
+    services = compose()["services"]
+    images = {svc["image"].partition(":")[0] for svc in services.values() if "image" in svc}
+    assert "temporalio/auto-setup" not in images  # deprecated upstream
+    assert {"temporalio/server", "temporalio/admin-tools"} <= images
+    # Nothing of cronwarden's talks to Temporal before the namespace is registered and served:
+    # the first boot's race between the worker and the namespace's registration.
+    script = (REPO_ROOT / "deploy" / "compose" / "temporal-namespace.sh").read_text()
+    assert "namespace create" in script and "workflow list --namespace default" in script
+    for name in ("schedules-apply", "worker", "monitor"):
+        assert services[name]["depends_on"]["temporal-namespace"] == {
+            "condition": "service_completed_successfully"
+        }, name
+        assert "temporal" not in services[name]["depends_on"], name
+    assert services["temporal"]["depends_on"]["temporal-schema"] == {
+        "condition": "service_completed_successfully"
+    }
 
 
 # --- Kubernetes -------------------------------------------------------------------------------
