@@ -558,3 +558,10 @@ def test_the_monitor_applies_the_mounted_schedule_file(
     assert volume["configMap"]["name"] == schedules["metadata"]["name"]
     # The file applied is a valid schedule file, with no demo job in the example.
     parse_schedule_text(schedules["data"][Path(apply["args"][2]).name], import_job_modules([]))
+
+
+def test_the_build_backend_is_pinned() -> None:
+    build = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["build-system"]
+    for requirement in map(Requirement, build["requires"]):
+        [spec] = requirement.specifier
+        assert spec.operator == "==", requirement
