@@ -7,6 +7,7 @@ against Kubernetes' own schemas. Each check is also shown to fail on a broken in
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -565,3 +566,60 @@ def test_the_build_backend_is_pinned() -> None:
     for requirement in map(Requirement, build["requires"]):
         [spec] = requirement.specifier
         assert spec.operator == "==", requirement
+
+
+# --- checkov ----------------------------------------------------------------------------------
+
+# Installed by the Makefile beside the dev virtualenv, in a virtualenv of its own.
+CHECKOV = Path(sys.executable).parents[1] / "tools" / "checkov" / "bin" / "checkov"
+CHECKOV_SKIPS = REPO_ROOT / "deploy" / "checkov-skips.yaml"
+
+
+def checkov_failures(path: Path, framework: str) -> set[str]:
+    """The ids of the checks checkov fails on `path`, offline."""
+    assert CHECKOV.exists(), f"{CHECKOV} is missing: rebuild the virtualenv with make"
+    result = subprocess.run(
+        [str(CHECKOV), "-f", str(path), "--framework", framework, "-o", "json", "--skip-download"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode in (0, 1), result.stderr  # 1: some check failed
+    reports = json.loads(result.stdout)
+    failed = set()
+    for report in reports if isinstance(reports, list) else [reports]:
+        for check in report.get("results", {}).get("failed_checks", []):
+            failed.add(check["check_id"])
+    return failed
+
+
+def rendered_to(tmp_path: Path, source: Path, name: str) -> Path:
+    out = tmp_path / f"{name}.yaml"
+    out.write_text(yaml.safe_dump_all(render(source)))
+    return out
+
+
+def test_checkov_fails_only_the_checks_listed_with_their_reason(tmp_path: Path) -> None:
+    skips: dict[str, str] = yaml.safe_load(CHECKOV_SKIPS.read_text())
+    for check, reason in skips.items():
+        assert len(reason.split()) >= 10, f"{check} is listed without a real reason"
+    failed = {
+        target: checkov_failures(path, framework)
+        for target, path, framework in (
+            ("base", rendered_to(tmp_path, KUBERNETES, "base"), "kubernetes"),
+            ("example", rendered_to(tmp_path, KUBERNETES / "example", "example"), "kubernetes"),
+            ("Dockerfile", REPO_ROOT / "Dockerfile", "dockerfile"),
+        )
+    }
+    unlisted = {t: sorted(ids - set(skips)) for t, ids in failed.items() if ids - set(skips)}
+    assert unlisted == {}, "checkov failures missing from deploy/checkov-skips.yaml"
+    # A listed check that no longer fails anywhere is stale: drop it from the file.
+    assert set(skips) <= set().union(*failed.values())
+
+
+def test_checkov_catches_a_careless_manifest(tmp_path: Path) -> None:
+    careless = rendered_to(tmp_path, KUBERNETES, "base")
+    text = careless.read_text().replace("allowPrivilegeEscalation: false", "privileged: true")
+    careless.write_text(text)
+    assert {"CKV_K8S_16", "CKV_K8S_20"} <= checkov_failures(careless, "kubernetes")
