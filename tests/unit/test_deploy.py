@@ -379,18 +379,16 @@ def test_secrets_reach_the_pods_as_files_and_the_migrator_dsn_only_the_migrate_s
     assert set(seen.values()) == {"cronwarden-database/runtime-url"}, seen
 
 
-def test_every_pod_waits_for_the_migrations_and_the_monitor_carries_the_release(
+def test_the_monitor_migrates_and_the_workers_wait_for_it_then_apply_the_schedules(
     rendered: list[dict[str, Any]],
 ) -> None:
     assert set(pod_specs(rendered)) == {"cronwarden-worker", "cronwarden-monitor"}
-    [wait] = pod_specs(rendered)["cronwarden-worker"]["initContainers"]
-    assert wait["args"][:3] == ["migrate", "--check", "--wait"]
-    assert wait["args"][3] == "10m"
-    # In order: migrate (under the advisory lock), then apply the schedules, then monitor.
-    steps = [c["args"] for c in pod_specs(rendered)["cronwarden-monitor"]["initContainers"]]
-    assert steps[0] == ["migrate"]
-    assert steps[1][:2] == ["schedules", "apply"]
-    assert len(steps) == 2
+    # The monitor needs Postgres only, so it starts while Temporal is down.
+    [migrate] = pod_specs(rendered)["cronwarden-monitor"]["initContainers"]
+    assert migrate["args"] == ["migrate"]
+    wait, apply = pod_specs(rendered)["cronwarden-worker"]["initContainers"]
+    assert wait["args"] == ["migrate", "--check", "--wait", "10m"]
+    assert apply["args"][:2] == ["schedules", "apply"]
 
 
 def configmaps_used(pod: dict[str, Any]) -> set[str]:
@@ -451,21 +449,22 @@ def test_a_second_release_changes_only_fields_kubectl_apply_may_change(tmp_path:
     # could hold one: `kubectl apply -k` of the second release needs no delete first.
     for docs in (first, second):
         assert {d["kind"] for d in docs}.isdisjoint({"Job", "CronJob", "Pod", "StatefulSet"})
-    # The new image and schedules change the monitor's template: its rollout migrates and
-    # applies; the workers' changes too, and their new pods wait for that migration.
+    # The new image changes the monitor's template (its rollout migrates) and the workers'
+    # (their new pods wait for that migration, then apply the new schedule file).
     for deployment in ("cronwarden-monitor", "cronwarden-worker"):
         before = by_name(first, "Deployment", deployment)["spec"]["template"]
         after = by_name(second, "Deployment", deployment)["spec"]["template"]
         assert before != after, deployment
-    monitor = pod_specs(second)["cronwarden-monitor"]
-    assert {c["image"] for c in containers(monitor)} == {"cronwarden:1.1.0"}
+    for pod in pod_specs(second).values():
+        assert {c["image"] for c in containers(pod)} == {"cronwarden:1.1.0"}
     applied = by_name(second, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
-    assert applied in configmaps_used(monitor)
+    assert applied in configmaps_used(pod_specs(second)["cronwarden-worker"])
     assert applied != by_name(first, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
-    # Old monitors stop only once a new one is ready, so a release that cannot migrate or
-    # apply leaves monitoring up.
-    strategy = by_name(second, "Deployment", "cronwarden-monitor")["spec"]["strategy"]
-    assert strategy["rollingUpdate"]["maxUnavailable"] == 0
+    # Old pods stop only once a new one is ready, so a release that cannot migrate or apply
+    # leaves the old monitors and workers running.
+    for deployment in ("cronwarden-monitor", "cronwarden-worker"):
+        strategy = by_name(second, "Deployment", deployment)["spec"]["strategy"]
+        assert strategy["rollingUpdate"]["maxUnavailable"] == 0, deployment
 
 
 def test_a_drain_evicts_one_pod_at_a_time_and_unready_pods_always(
@@ -523,8 +522,7 @@ def test_the_worker_probes_its_health_port_and_outlives_its_graceful_timeout(
         "kubernetes.io/hostname",
         "topology.kubernetes.io/zone",
     }
-    [wait] = pod["initContainers"]
-    assert wait["args"][:2] == ["migrate", "--check"]
+    assert pod["initContainers"][0]["args"][:2] == ["migrate", "--check"]
     budget = by_name(rendered, "PodDisruptionBudget", "cronwarden-worker")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
@@ -547,10 +545,10 @@ def test_the_monitor_runs_two_replicas_scraped_on_its_metrics_port(
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
-def test_the_monitor_applies_the_mounted_schedule_file(
+def test_the_workers_apply_the_mounted_schedule_file(
     rendered: list[dict[str, Any]],
 ) -> None:
-    pod = pod_specs(rendered)["cronwarden-monitor"]
+    pod = pod_specs(rendered)["cronwarden-worker"]
     [apply] = [c for c in pod["initContainers"] if c["args"][:2] == ["schedules", "apply"]]
     mount = {m["name"]: m["mountPath"] for m in apply["volumeMounts"]}["schedules"]
     assert Path(apply["args"][2]).parent == Path(mount)
