@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+CHECKOV := checkov==3.3.30
 
 .PHONY: dev test lint typecheck unit faults bench clean-state
 
@@ -12,6 +13,10 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# checkov (the IaC scanner test_deploy.py runs) in a virtualenv of its own: it pins
+	# packaging<24 and brings ~80 packages that would clash with the dev tools.
+	$(PYTHON) -m venv $(VENV)/tools/checkov
+	$(VENV)/tools/checkov/bin/python -m pip install --quiet $(CHECKOV)
 	@touch $(STAMP)
 
 dev: $(STAMP)

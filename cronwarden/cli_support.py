@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import re
+import signal
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -110,13 +111,49 @@ def _dev_hint(dsn: str) -> str:
     )
 
 
+# 128 + SIGTERM, what a shell reports for a process the signal ended.
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class _Terminated(Exception):
+    pass
+
+
+async def _stoppable(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """`make()`, cancelled by SIGTERM. A container's entrypoint is PID 1, and the kernel gives
+    PID 1 no default action for SIGTERM: without a handler `kubectl delete`, a rollout or a
+    node drain would wait out the whole grace period on an init container's `migrate --check
+    --wait`, then SIGKILL it. Commands that stop gracefully (worker, monitor, dev) install their
+    own handler in its place while they run."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        terminated = True
+        task.cancel()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        return await make()
+    except asyncio.CancelledError:
+        if terminated:
+            raise _Terminated from None
+        raise
+
+
 def run_command(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run one command's coroutine and turn every expected failure into an exit code."""
     from asyncpg import InterfaceError, PostgresError, UndefinedTableError
     from temporalio.service import RPCError
 
     try:
-        return asyncio.run(make())
+        return asyncio.run(_stoppable(make))
+    except _Terminated:
+        raise typer.Exit(EXIT_TERMINATED) from None
     except DatabaseUnreachable as exc:
         raise fail(str(exc) + _dev_hint(exc.dsn), exc.exit_code) from None
     except CronwardenError as exc:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from cronwarden import redact
+from cronwarden.errors import InvalidInput
 
 DEFAULT_TASK_QUEUE = "cronwarden"
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/cronwarden"
@@ -18,6 +25,45 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/cronwarden"
 # second shell.
 DEV_STATE_DIR = Path(".cronwarden")
 DEV_ENV_FILE = DEV_STATE_DIR / "env"
+
+
+# Settings that may come from a file named by `CRONWARDEN_<NAME>_FILE` (a mounted Kubernetes
+# Secret): every one that is, or may carry, a credential.
+FILE_SETTINGS = (
+    "database_url",
+    "temporal_api_key",
+    "alert_webhook_url",
+    "alert_webhook_secret",
+    "slack_webhook_url",
+    "pagerduty_routing_key",
+    "monitor_ping_url",
+)
+
+
+class SecretFileSource(PydanticBaseSettingsSource):
+    """`CRONWARDEN_<NAME>_FILE=/path`: the setting is the file's content, surrounding whitespace
+    (the newline `echo` leaves) dropped. It wins over `CRONWARDEN_<NAME>`, so a stale variable
+    left in a pod's environment cannot shadow the mounted Secret."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every file itself
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name in FILE_SETTINGS:
+            variable = f"CRONWARDEN_{name.upper()}_FILE"
+            path = os.environ.get(variable)
+            if not path:
+                continue
+            try:
+                found[name] = Path(path).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise InvalidInput(
+                    f"invalid configuration: {variable} names {path}, which cannot be read "
+                    f"({reason}); is the Secret mounted there?"
+                ) from None
+        return found
 
 
 class Settings(BaseSettings):
@@ -89,6 +135,18 @@ class Settings(BaseSettings):
     at most this often."""
     monitor_database_timeout_seconds: float = Field(default=30.0, gt=0)
     """A monitor pass whose database work takes longer counts as "cannot reach the database"."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        files = SecretFileSource(settings_cls)
+        return init_settings, files, env_settings, dotenv_settings, file_secret_settings
 
     @model_validator(mode="before")
     @classmethod

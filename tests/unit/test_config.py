@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from cronwarden.config import (
+    FILE_SETTINGS,
     Settings,
     describe_dsn,
     dsn_password,
@@ -11,6 +14,7 @@ from cronwarden.config import (
     redact_dsn,
     settings_error_message,
 )
+from cronwarden.errors import InvalidInput
 from cronwarden.redact import MASK, redact
 from cronwarden.temporal import _plain_reason
 
@@ -84,3 +88,50 @@ def test_a_dsn_that_is_neither_form_is_refused_without_echoing_it() -> None:
         Settings(_env_file=None, database_url="password=s3cret and then nonsense")  # type: ignore[call-arg,arg-type]
     message = settings_error_message(caught.value)
     assert "CRONWARDEN_DATABASE_URL" in message and "s3cret" not in message
+
+
+def test_a_secret_file_wins_over_the_variable_and_loses_its_trailing_newline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    url = tmp_path / "database-url"
+    url.write_text("postgresql://cronwarden_runtime:fr0m-file@db:5432/app\n")
+    key = tmp_path / "api-key"
+    key.write_text("  k3y-from-file\r\n")
+    monkeypatch.setenv("CRONWARDEN_DATABASE_URL", "postgresql://stale:old@db:5432/app")
+    monkeypatch.setenv("CRONWARDEN_DATABASE_URL_FILE", str(url))
+    monkeypatch.setenv("CRONWARDEN_TEMPORAL_API_KEY_FILE", str(key))
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.dsn == "postgresql://cronwarden_runtime:fr0m-file@db:5432/app"
+    assert settings.temporal_api_key is not None
+    assert settings.temporal_api_key.get_secret_value() == "k3y-from-file"
+    # Read from a file or not, a secret is blanked from whatever the process writes.
+    assert redact("connecting with fr0m-file and k3y-from-file") == (
+        f"connecting with {MASK} and {MASK}"
+    )
+
+
+@pytest.mark.parametrize("name", FILE_SETTINGS)
+def test_every_secret_setting_may_come_from_a_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str
+) -> None:
+    value = "https://hooks.example.com/T0/B0/x" if name.endswith("_url") else "s3cret-value"
+    if name == "database_url":
+        value = "postgresql://u:p@db:5432/app"
+    path = tmp_path / name
+    path.write_text(value + "\n")
+    monkeypatch.setenv(f"CRONWARDEN_{name.upper()}_FILE", str(path))
+    field = getattr(Settings(_env_file=None), name)  # type: ignore[call-arg]
+    assert field.get_secret_value() == value
+
+
+def test_a_secret_file_that_cannot_be_read_is_one_sentence_naming_variable_and_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "not-mounted" / "runtime-url"
+    monkeypatch.setenv("CRONWARDEN_DATABASE_URL_FILE", str(missing))
+    with pytest.raises(InvalidInput) as raised:
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    assert str(raised.value) == (
+        f"invalid configuration: CRONWARDEN_DATABASE_URL_FILE names {missing}, which cannot "
+        "be read (No such file or directory); is the Secret mounted there?"
+    )
