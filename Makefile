@@ -13,22 +13,27 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	# checkov (the IaC scanner test_deploy.py runs) in a virtualenv of its own: it pins
-	# packaging<24 and brings ~80 packages that would clash with the dev tools.
+	@touch $(STAMP)
+
+# checkov (the IaC scanner test_deploy.py runs) in a virtualenv of its own: it pins packaging<24
+# and brings ~80 packages that would clash with the dev tools. Only the tests need it, so
+# `make dev` does not wait for it.
+CHECKOV_STAMP := $(VENV)/tools/checkov/.installed-stamp
+$(CHECKOV_STAMP): Makefile
 	$(PYTHON) -m venv $(VENV)/tools/checkov
 	$(VENV)/tools/checkov/bin/python -m pip install --quiet $(CHECKOV)
-	@touch $(STAMP)
+	@touch $(CHECKOV_STAMP)
 
 dev: $(STAMP)
 	$(BIN)/cronwarden dev $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(CHECKOV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-unit: $(STAMP)
+unit: $(STAMP) $(CHECKOV_STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # The fault suite alone (it is part of `make test` too).
