@@ -134,7 +134,12 @@ class GuardedRun:
         log = log.bind(fencing_token=token)
         if not inp.replay:
             # Looked up while the job runs, and waited for before any transaction opens.
-            self._next_fires.refresh_if_needed(inp.schedule_id, inp.definition_digest)
+            self._next_fires.refresh_if_needed(
+                inp.schedule_id,
+                inp.definition_digest,
+                fire_time=fire_time,
+                grace=timedelta(seconds=inp.heartbeat_grace_seconds),
+            )
         ctx = RunContext(
             pool=self._pool,
             schedule_id=inp.schedule_id,
@@ -283,6 +288,7 @@ class GuardedRun:
                 fires_ahead=committed.fires_ahead,
                 accepted=committed.times_accepted,
                 grace=record.grace,
+                database_now=committed.database_now,
             )
         if not committed.recorded:
             # Someone committed this key between our check and our commit; the job's writes

@@ -94,6 +94,8 @@ class WatchedDescribes(Interceptor):
         self.pool = pool
         self.calls = 0
         self.failing = False
+        self.fail_next = 0
+        """Fail this many of the next calls, then answer again."""
         self.open_transactions: list[int] = []
 
     def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
@@ -113,6 +115,8 @@ class _Watching(OutboundInterceptor):
             " WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
         )
         self._watched.open_transactions.append(int(rows[0]["n"]))
-        if self._watched.failing:
+        failing = self._watched.failing or self._watched.fail_next > 0
+        self._watched.fail_next = max(self._watched.fail_next - 1, 0)
+        if failing:
             raise RPCError("frontend unreachable (test)", RPCStatusCode.UNAVAILABLE, b"")
         return await self.next.describe_schedule(input)

@@ -161,6 +161,90 @@ async def test_cached_times_of_another_definition_never_set_the_deadline(
     assert beat["last_logical_key"] == logical_key(schedule_id, PAST_FIRE)
 
 
+async def database_now(pool: asyncpg.Pool) -> datetime:
+    rows = await fetch(pool, "SELECT statement_timestamp() AS now")
+    now: datetime = rows[0]["now"]
+    return now
+
+
+async def set_deadline(pool: asyncpg.Pool, schedule_id: str, at: datetime) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = $2 WHERE schedule_id = $1",
+            schedule_id,
+            at,
+        )
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["next-fire", "late-fire"])
+async def test_cached_times_that_passed_while_other_workers_ran_the_fires_are_looked_up_again(
+    late: bool, client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    # Replicas share a schedule's fires: this worker's cached times can all pass while others
+    # commit, and no commit of its own marks them stale. Its next run must look again, or the
+    # row keeps the deadline the others' last commit left (this very fire), paging at + grace.
+    # The schedule fires on a queue nobody polls; the test starts this worker's runs itself.
+    defn = definition(schedule_id, "1s")
+    idle_queue = f"{task_queue}-idle"
+    await apply_definitions(client, pool, [defn], task_queue=idle_queue)
+    digest = definition_digest(defn, task_queue=idle_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    watched = WatchedDescribes(pool)
+    try:
+        async with in_process_worker(watched_client(client, watched), pool, task_queue):
+            first_fire = (await database_now(pool)).replace(microsecond=0)
+            first = await start_guarded(
+                client, task_queue, schedule_id, first_fire, definition_digest=digest
+            )
+            assert (await first.result()).outcome == RAN
+            assert watched.calls == 1
+            # Described after the worker did: its last time is at or after the worker's last.
+            last_cached = (await handle.describe()).info.next_action_times[-1]
+
+            async def all_passed() -> bool:
+                return await database_now(pool) > last_cached
+
+            await wait_for(all_passed, timeout=60, what="the worker's cached times to pass")
+            now = await database_now(pool)
+            fire = first_fire - timedelta(minutes=5) if late else now.replace(microsecond=0)
+            # What the other workers' last commit leaves: a deadline at the fire now running.
+            await set_deadline(pool, schedule_id, now)
+            run = await start_guarded(
+                client, task_queue, schedule_id, fire, definition_digest=digest
+            )
+            assert (await run.result()).outcome == RAN
+    finally:
+        await handle.delete()
+    beat = await heartbeat(pool, schedule_id)
+    assert beat["next_expected_at"] > now
+    assert watched.calls == 2
+
+
+async def test_a_cold_cache_retries_a_failed_look_up_once_before_the_commit(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    # Every worker's cache is cold after a deploy: one failed describe would leave the row at
+    # the deadline the last commit set, this fire's own time.
+    defn = definition(schedule_id, "1h")
+    idle_queue = f"{task_queue}-idle"
+    await apply_definitions(client, pool, [defn], task_queue=idle_queue)
+    digest = definition_digest(defn, task_queue=idle_queue)
+    next_fire = (await client.get_schedule_handle(schedule_id).describe()).info.next_action_times[0]
+    await set_deadline(pool, schedule_id, PAST_FIRE)
+    watched = WatchedDescribes(pool)
+    watched.fail_next = 1
+    try:
+        async with in_process_worker(watched_client(client, watched), pool, task_queue):
+            run = await start_guarded(
+                client, task_queue, schedule_id, PAST_FIRE, definition_digest=digest
+            )
+            assert (await run.result()).outcome == RAN
+    finally:
+        await client.get_schedule_handle(schedule_id).delete()
+    assert (await heartbeat(pool, schedule_id))["next_expected_at"] == next_fire
+    assert watched.calls == 2
+
+
 # -- 3. a replay's commit never moves the live heartbeat
 
 
