@@ -52,7 +52,7 @@ WITH fence AS (
         next_expected_at = COALESCE(
             CASE WHEN h.definition_digest IS NULL OR h.definition_digest = $15
                  THEN (SELECT min(t) FROM unnest($12::timestamptz[]) AS t
-                        WHERE t > now())
+                        WHERE t > statement_timestamp())
             END,
             h.next_expected_at),
         grace = $13,
@@ -77,7 +77,7 @@ SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
        EXISTS (SELECT 1 FROM recorded) AS recorded,
        ($17::text IS NULL OR current_setting('cronwarden.run_marker', true) = $17)
            AS own_transaction,
-       (SELECT count(*) FROM unnest($12::timestamptz[]) AS t WHERE t > now())
+       (SELECT count(*) FROM unnest($12::timestamptz[]) AS t WHERE t > statement_timestamp())
            AS fires_ahead,
        COALESCE((SELECT times_accepted FROM beat), false) AS times_accepted,
        statement_timestamp() AS database_now

@@ -245,6 +245,53 @@ async def test_a_cold_cache_retries_a_failed_look_up_once_before_the_commit(
     assert watched.calls == 2
 
 
+async def test_a_job_whose_transaction_stays_open_gets_a_next_fire_after_its_commit(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, tmp_path: Path
+) -> None:
+    # Inside the job's transaction now() is the time of its BEGIN: a fire picked by it can have
+    # passed by the COMMIT (and a skip schedule's next fire was dropped meanwhile): a page at
+    # that fire + grace for a run that succeeded.
+    defn = definition(schedule_id, "1s")
+    idle_queue = f"{task_queue}-idle"
+    await apply_definitions(client, pool, [defn], task_queue=idle_queue)
+    digest = definition_digest(defn, task_queue=idle_queue)
+    gate = tmp_path / f"gate-{uuid.uuid4().hex}"
+    try:
+        async with in_process_worker(client, pool, task_queue):
+            run = await start_guarded(
+                client,
+                task_queue,
+                schedule_id,
+                (await database_now(pool)).replace(microsecond=0),
+                job="gated",
+                args={"gate": str(gate), "in_transaction": True},
+                definition_digest=digest,
+            )
+
+            async def transaction_open() -> datetime | None:
+                rows = await fetch(
+                    pool,
+                    "SELECT xact_start FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND state LIKE 'idle in transaction%'",
+                )
+                return rows[0]["xact_start"] if rows else None
+
+            began = await wait_for(transaction_open, timeout=30, what="the job's transaction")
+            assert began is not None
+            three_fires_later = began + timedelta(seconds=3)
+
+            async def fires_passed() -> bool:
+                return await database_now(pool) > three_fires_later
+
+            await wait_for(fires_passed, timeout=30, what="fires passing while the job runs")
+            released_at = await database_now(pool)
+            gate.touch()
+            assert (await run.result()).outcome == RAN
+    finally:
+        await client.get_schedule_handle(schedule_id).delete()
+    assert (await heartbeat(pool, schedule_id))["next_expected_at"] > released_at
+
+
 # -- 3. a replay's commit never moves the live heartbeat
 
 
