@@ -42,6 +42,7 @@ async def start_guarded(
     replay: bool = False,
     definition_digest: str = "",
     max_attempts: int = 3,
+    timeout_seconds: float = 30,
 ) -> WorkflowHandle[Any, RunOutcome]:
     args = args or {}
     inp = ScheduledRunInput(
@@ -51,7 +52,7 @@ async def start_guarded(
         args_digest=args_digest(args),
         lock_name=f"schedule:{schedule_id}",
         lock_ttl_seconds=10,
-        timeout_seconds=30,
+        timeout_seconds=timeout_seconds,
         heartbeat_grace_seconds=60,
         max_attempts=max_attempts,
         fire_time=fire.isoformat(),

@@ -13,7 +13,14 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from activities.contract import ALREADY_DONE, RAN, TRANSACTION_ENDED, RunOutcome, logical_key
+from activities.contract import (
+    ALREADY_DONE,
+    JOB_TIMED_OUT,
+    RAN,
+    TRANSACTION_ENDED,
+    RunOutcome,
+    logical_key,
+)
 from schedules.apply import apply_definitions
 from schedules.cli import _describe_json
 from schedules.inventory import get_view
@@ -328,6 +335,41 @@ async def test_a_replays_commit_records_the_replay_and_leaves_the_live_heartbeat
     assert described["heartbeat"]["last_replay_key"] == key
     [row] = build_rows([view], {schedule_id: dict(after)}, now=datetime.now(UTC))
     assert row.as_json()["last_replay"]["logical_key"] == key
+
+
+# -- the job's timeout, counted from the moment the lease is taken
+
+
+async def test_a_job_hanging_past_its_timeout_fails_as_timed_out_with_its_lease_released(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, tmp_path: Path
+) -> None:
+    # The activity's start-to-close covers the wait for the lease plus the job's timeout: only
+    # the guard can hold the job itself to its timeout.
+    gate = tmp_path / f"never-{uuid.uuid4().hex}"
+    async with in_process_worker(client, pool, task_queue):
+        run = await start_guarded(
+            client,
+            task_queue,
+            schedule_id,
+            PAST_FIRE,
+            job="gated",
+            args={"gate": str(gate), "wait_seconds": 600, "in_transaction": True},
+            max_attempts=1,
+            timeout_seconds=3,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await run.result()
+        # Released by the guard itself, not left to expire.
+        assert await lock_holder(pool, f"schedule:{schedule_id}") is None
+    cause: BaseException | None = failed.value
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.type == JOB_TIMED_OUT, failed.value
+    assert "job 'gated' ran past its timeout (3s)" in cause.message
+    key = logical_key(schedule_id, PAST_FIRE)
+    # Its write inside the transaction was rolled back with it.
+    assert await count(pool, "test_effects", key) == 0
+    assert await count(pool, "cronwarden.outbox", key) == 0
 
 
 # -- 7. a job that ends the run's transaction itself
