@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -120,7 +120,11 @@ class GuardedRun:
                 run_deadline_seconds=_run_deadline_seconds(info, inp),
                 replay=inp.replay,
                 wait_for_any=inp.wait_for_any,
-                wait_seconds=inp.lock_wait_seconds,
+                wait_seconds=lease_wait_seconds(
+                    inp.lock_wait_seconds,
+                    scheduled=info.scheduled_time,
+                    attempt_scheduled=info.current_attempt_scheduled_time,
+                ),
                 per_key=inp.per_key_lease,
             ),
             log=log,
@@ -585,6 +589,17 @@ def _ran(record: CommitRecord) -> RunOutcome:
         fencing_token=record.token,
         attempt=record.attempt,
     )
+
+
+def lease_wait_seconds(
+    wait_seconds: float, *, scheduled: datetime, attempt_scheduled: datetime
+) -> float:
+    """What is left of the run's wait for the lease at this attempt. Every retry of the activity
+    carries the same input: without this each attempt could wait the whole of it again, and the
+    run's execution timeout (one wait, then every attempt's job timeout) would cut the last job
+    short. Both times are Temporal's, so a skewed worker clock changes nothing."""
+    spent = (attempt_scheduled - scheduled).total_seconds()
+    return max(wait_seconds - max(spent, 0.0), 0.0)
 
 
 def _run_deadline_seconds(info: activity.Info, inp: GuardedRunInput) -> float | None:

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from temporalio.client import ScheduleActionStartWorkflow, ScheduleOverlapPolicy
 
+from activities.guard import lease_wait_seconds
 from schedules.mapping import definition_digest, execution_timeout, run_input, to_temporal
 from schedules.model import ScheduleDefinition
 from workflows.scheduled_run import run_retry_policy
@@ -72,3 +73,13 @@ def test_a_live_fire_that_waits_a_whole_timeout_still_has_every_attempts_timeout
         timedelta(0),
     )
     assert execution_timeout(d) >= d.timeout + d.timeout * d.max_attempts + backoff
+
+
+def test_a_retried_attempt_waits_only_what_is_left_of_the_runs_wait_for_the_lease() -> None:
+    # The execution timeout holds one wait: a retry scheduled after attempts and backoff that
+    # took 100 s of a 900 s wait waits at most the 800 s left, and none once it is spent.
+    first = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+    assert lease_wait_seconds(900, scheduled=first, attempt_scheduled=first) == 900
+    later = first + timedelta(seconds=100)
+    assert lease_wait_seconds(900, scheduled=first, attempt_scheduled=later) == 800
+    assert lease_wait_seconds(60, scheduled=first, attempt_scheduled=later) == 0
