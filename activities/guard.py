@@ -281,7 +281,7 @@ class GuardedRun:
             raise
         except JobTimedOut as exc:
             await ctx.rollback()
-            released = await self._release(record, log)
+            released = await self._release_after_timeout(record, log)
             if lost.is_set() or released is False:
                 # Cut off past its lease too (a frozen worker): someone else holds the key now.
                 raise self._lease_lost(log) from exc
@@ -482,6 +482,18 @@ class GuardedRun:
                 lost.set()
                 job_task.cancel()
                 return
+
+    async def _release_after_timeout(self, record: CommitRecord, log: Any) -> bool | None:
+        """Release a timed-out run's lease. Temporal may cancel the same attempt meanwhile (its
+        own timeout, noticed late by a worker that was frozen): the release still finishes, and
+        a lease found taken is reported before the cancellation goes on."""
+        release = asyncio.ensure_future(self._release(record, log))
+        try:
+            return await asyncio.shield(release)
+        except asyncio.CancelledError:
+            if await asyncio.shield(release) is False:
+                log.warning("run.lease-lost", noticed="at release, after the job's timeout")
+            raise
 
     async def _release(self, record: CommitRecord, log: Any) -> bool | None:
         """True: released; False: the lease was someone else's already; None: unknown."""
