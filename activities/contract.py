@@ -26,6 +26,9 @@ COMMIT_FAILED = "CommitFailed"
 OVERLAP_TIMEOUT = "OverlapTimeout"
 NO_FIRE_TIME = "NoFireTime"
 JOB_FAILED = "JobFailed"
+# Retryable, as Temporal's own start-to-close timeout was: the job ran past the schedule's
+# timeout, counted from the moment its run took the lease.
+JOB_TIMED_OUT = "JobTimedOut"
 # The job ended the transaction `ctx.transaction()` opened: retrying could apply its writes twice.
 TRANSACTION_ENDED = "TransactionEndedByJob"
 NON_RETRYABLE_TYPES = [UNKNOWN_JOB, INVALID_ARGS, INVALID_RESULT, TRANSACTION_ENDED]

@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -29,6 +29,7 @@ from activities.contract import (
     INVALID_ARGS,
     INVALID_RESULT,
     JOB_FAILED,
+    JOB_TIMED_OUT,
     LEASE_LOST,
     ORPHAN_NOTE_PREFIX,
     OVERLAP_LOCKED,
@@ -58,6 +59,10 @@ SLOW_RETURN_WARNING_SECONDS = 1.0
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
 
 _DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+class JobTimedOut(Exception):
+    """The job ran past the schedule's timeout, counted from the moment the lease was taken."""
 
 
 class TransactionAbandoned(Exception):
@@ -115,7 +120,11 @@ class GuardedRun:
                 run_deadline_seconds=_run_deadline_seconds(info, inp),
                 replay=inp.replay,
                 wait_for_any=inp.wait_for_any,
-                wait_seconds=inp.lock_wait_seconds,
+                wait_seconds=lease_wait_seconds(
+                    inp.lock_wait_seconds,
+                    scheduled=info.scheduled_time,
+                    attempt_scheduled=info.current_attempt_scheduled_time,
+                ),
                 per_key=inp.per_key_lease,
             ),
             log=log,
@@ -131,10 +140,24 @@ class GuardedRun:
                 OVERLAP_LOCKED, inp.logical_key, attempt=info.attempt, held_by=got.held_for
             )
         token = got.token
+        # The job's timeout counts from here: the activity's start-to-close also covers the wait
+        # for the lease, so Temporal's timeout alone would let a hung job hold the lease (and
+        # renew it) for the wait's length again.
+        # (An input from before runs carried their timeout has none: its start-to-close is it.)
+        job_deadline = (
+            None
+            if inp.timeout_seconds is None
+            else asyncio.get_running_loop().time() + inp.timeout_seconds
+        )
         log = log.bind(fencing_token=token)
         if not inp.replay:
             # Looked up while the job runs, and waited for before any transaction opens.
-            self._next_fires.refresh_if_needed(inp.schedule_id, inp.definition_digest)
+            self._next_fires.refresh_if_needed(
+                inp.schedule_id,
+                inp.definition_digest,
+                fire_time=fire_time,
+                grace=timedelta(seconds=inp.heartbeat_grace_seconds),
+            )
         ctx = RunContext(
             pool=self._pool,
             schedule_id=inp.schedule_id,
@@ -161,7 +184,7 @@ class GuardedRun:
             write_heartbeat=True,
             replay=inp.replay,
         )
-        return await self._holding_lease(inp, spec, ctx, record, log)
+        return await self._holding_lease(inp, spec, ctx, record, log, job_deadline=job_deadline)
 
     async def _record_lease_skip(self, inp: GuardedRunInput, held_by: str | None, log: Any) -> None:
         """A live fire skipped at the lease (not by Temporal's overlap policy): counted on the
@@ -181,6 +204,8 @@ class GuardedRun:
         ctx: RunContext,
         record: CommitRecord,
         log: Any,
+        *,
+        job_deadline: float | None,
     ) -> RunOutcome:
         """Everything done while we hold the lease. Every exit releases it or commits."""
         lost = asyncio.Event()
@@ -206,7 +231,9 @@ class GuardedRun:
                 self._renew_lease(inp, record.token, lost, job_task, log),
                 name=f"lease:{ctx.logical_key}",
             )
-            result = self._check_result(spec, await job_task, log)
+            result = self._check_result(
+                spec, await _within_timeout(job_task, job_deadline, inp), log
+            )
             if ctx.abandoned:
                 raise TransactionAbandoned(
                     "the job caught an error raised inside ctx.transaction() and returned "
@@ -252,6 +279,13 @@ class GuardedRun:
             await ctx.rollback()
             await self._release(record, log)
             raise
+        except JobTimedOut as exc:
+            await ctx.rollback()
+            released = await self._release_after_timeout(record, log)
+            if lost.is_set() or released is False:
+                # Cut off past its lease too (a frozen worker): someone else holds the key now.
+                raise self._lease_lost(log) from exc
+            return await self._job_failed(inp, exc, log, error_type=JOB_TIMED_OUT)
         except Exception as exc:
             await ctx.rollback()
             if phase == "commit":
@@ -283,6 +317,7 @@ class GuardedRun:
                 fires_ahead=committed.fires_ahead,
                 accepted=committed.times_accepted,
                 grace=record.grace,
+                database_now=committed.database_now,
             )
         if not committed.recorded:
             # Someone committed this key between our check and our commit; the job's writes
@@ -448,6 +483,18 @@ class GuardedRun:
                 job_task.cancel()
                 return
 
+    async def _release_after_timeout(self, record: CommitRecord, log: Any) -> bool | None:
+        """Release a timed-out run's lease. Temporal may cancel the same attempt meanwhile (its
+        own timeout, noticed late by a worker that was frozen): the release still finishes, and
+        a lease found taken is reported before the cancellation goes on."""
+        release = asyncio.ensure_future(self._release(record, log))
+        try:
+            return await asyncio.shield(release)
+        except asyncio.CancelledError:
+            if await asyncio.shield(release) is False:
+                log.warning("run.lease-lost", noticed="at release, after the job's timeout")
+            raise
+
     async def _release(self, record: CommitRecord, log: Any) -> bool | None:
         """True: released; False: the lease was someone else's already; None: unknown."""
         try:
@@ -497,15 +544,47 @@ class GuardedRun:
             "lease lost to another runner before commit; nothing was written", type=LEASE_LOST
         )
 
-    async def _job_failed(self, inp: GuardedRunInput, exc: Exception, log: Any) -> RunOutcome:
+    async def _job_failed(
+        self, inp: GuardedRunInput, exc: Exception, log: Any, *, error_type: str = JOB_FAILED
+    ) -> RunOutcome:
         error = f"{type(exc).__name__}: {exc}"
-        log.error("run.failed", error=error, exc_info=exc)
+        if error_type == JOB_TIMED_OUT:
+            log.error("run.timed-out", error=error, timeout_seconds=inp.timeout_seconds)
+        else:
+            log.error("run.failed", error=error, exc_info=exc)
         try:
             async with own_statements(self._pool) as conn:
                 await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
         except _DB_ERRORS as db_exc:
             log.warning("run.record-failure-failed", error=str(db_exc))
-        raise ApplicationError(error, type=JOB_FAILED) from exc
+        raise ApplicationError(error, type=error_type) from exc
+
+
+async def _within_timeout(
+    job_task: asyncio.Future[Any], deadline: float | None, inp: GuardedRunInput
+) -> Any:
+    """The job's result, or JobTimedOut once the loop's clock passes `deadline` (the job is
+    cancelled then: its transaction rolls back and it stops renewing the lease)."""
+    timer = asyncio.timeout_at(deadline)
+    try:
+        async with timer:
+            result = await job_task
+    except TimeoutError:
+        if not timer.expired():
+            raise  # the job's own TimeoutError: a failure like any other
+        raise _timed_out(inp) from None
+    if timer.expired():
+        # The job swallowed its cancellation and returned anyway: its result is too late.
+        raise _timed_out(inp)
+    return result
+
+
+def _timed_out(inp: GuardedRunInput) -> JobTimedOut:
+    return JobTimedOut(
+        f"job '{inp.job}' ran past its timeout ({inp.timeout_seconds or 0:g}s) on "
+        f"{inp.logical_key} and was cancelled; nothing it wrote was committed. Raise the "
+        "schedule's `timeout` if the job needs longer"
+    )
 
 
 async def _heartbeat_temporal() -> None:
@@ -522,6 +601,17 @@ def _ran(record: CommitRecord) -> RunOutcome:
         fencing_token=record.token,
         attempt=record.attempt,
     )
+
+
+def lease_wait_seconds(
+    wait_seconds: float, *, scheduled: datetime, attempt_scheduled: datetime
+) -> float:
+    """What is left of the run's wait for the lease at this attempt. Every retry of the activity
+    carries the same input: without this each attempt could wait the whole of it again, and the
+    run's execution timeout (one wait, then every attempt's job timeout) would cut the last job
+    short. Both times are Temporal's, so a skewed worker clock changes nothing."""
+    spent = (attempt_scheduled - scheduled).total_seconds()
+    return max(wait_seconds - max(spent, 0.0), 0.0)
 
 
 def _run_deadline_seconds(info: activity.Info, inp: GuardedRunInput) -> float | None:

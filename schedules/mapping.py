@@ -76,8 +76,9 @@ def execution_timeout(defn: ScheduleDefinition) -> timedelta:
     """Bound on a whole run (every attempt plus the backoff between them), so a run stuck
     without a worker cannot hold a Skip schedule's overlap slot for ever."""
     backoff = timedelta(seconds=60) * defn.max_attempts
-    # buffer_one may first wait up to one timeout for the lease.
-    waiting = defn.timeout if defn.overlap == Overlap.buffer_one else timedelta(0)
+    # Any live fire may first wait up to one timeout for the lease: buffer_one behind whoever
+    # holds it, skip and allow_all behind a replay. Its job must still get its whole timeout.
+    waiting = defn.timeout
     return waiting + defn.timeout * defn.max_attempts + backoff + timedelta(minutes=5)
 
 

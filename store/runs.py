@@ -4,7 +4,9 @@ It runs either alone (autocommit, when the job made no writes of its own) or as 
 statement of the transaction holding the job's writes. Every part hangs off the previous one:
 no fence, no outbox record; no outbox record (the key committed meanwhile), no heartbeat.
 No network call is made while it runs: the next expected fire is picked here, by the database's
-clock, from the times the worker cached (activities/next_fires.py).
+clock, from the times the worker cached (activities/next_fires.py). By this statement's clock
+(`statement_timestamp()`), not now(): inside the job's transaction now() is the time of its
+BEGIN, and a job that took long would pick a fire that has already passed by its COMMIT.
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ WITH fence AS (
                                 THEN $3 ELSE h.last_logical_key END,
         last_fire_time = GREATEST(h.last_fire_time, $5),
         last_success_at = now(),
-        -- The first cached fire after the database's now(), never the worker's clock; only
+        -- The first cached fire after this statement's time, never the worker's clock; only
         -- times described from the definition the row was applied with (a row applied before
         -- rows carried a digest takes them as before). None: the row keeps its deadline.
         next_expected_at = COALESCE(
             CASE WHEN h.definition_digest IS NULL OR h.definition_digest = $15
-                 THEN (SELECT min(t) FROM unnest($12::timestamptz[]) AS t WHERE t > now())
+                 THEN (SELECT min(t) FROM unnest($12::timestamptz[]) AS t
+                        WHERE t > statement_timestamp())
             END,
             h.next_expected_at),
         grace = $13,
@@ -74,8 +77,10 @@ SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
        EXISTS (SELECT 1 FROM recorded) AS recorded,
        ($17::text IS NULL OR current_setting('cronwarden.run_marker', true) = $17)
            AS own_transaction,
-       (SELECT count(*) FROM unnest($12::timestamptz[]) AS t WHERE t > now()) AS fires_ahead,
-       COALESCE((SELECT times_accepted FROM beat), false) AS times_accepted
+       (SELECT count(*) FROM unnest($12::timestamptz[]) AS t WHERE t > statement_timestamp())
+           AS fires_ahead,
+       COALESCE((SELECT times_accepted FROM beat), false) AS times_accepted,
+       statement_timestamp() AS database_now
 """
 
 # Set by `ctx.transaction()` right after BEGIN, local to that transaction.
@@ -98,7 +103,7 @@ class CommitRecord:
     grace: timedelta
     write_heartbeat: bool
     next_fire_times: Sequence[datetime] = ()
-    """Cached next action times; the statement takes the first after its now()."""
+    """Cached next action times; the statement takes the first after its own time."""
     times_digest: str | None = None
     """The definition digest those times were described from."""
     replay: bool = False
@@ -116,9 +121,11 @@ class CommitOutcome:
     own_transaction: bool = True
     """False: the job ended the transaction `ctx.transaction()` opened; nothing was written."""
     fires_ahead: int = 0
-    """How many cached next fire times were after the statement's now()."""
+    """How many cached next fire times were after the statement's time."""
     times_accepted: bool = False
     """The heartbeat row took cached times (their definition digest matched the row's)."""
+    database_now: datetime | None = None
+    """The statement's time by the database's clock."""
 
 
 async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
@@ -148,4 +155,5 @@ async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
         own_transaction=row["own_transaction"],
         fires_ahead=row["fires_ahead"],
         times_accepted=row["times_accepted"],
+        database_now=row["database_now"],
     )

@@ -127,20 +127,30 @@ class GatedArgs(BaseModel):
     gate: str
     """Path of a file the job waits for before it writes: the test decides when it finishes."""
     wait_seconds: float = 60.0
+    in_transaction: bool = False
+    """Wait for the gate inside `ctx.transaction()`, after writing: a job whose transaction
+    stays open long."""
 
 
 @job("gated", args_model=GatedArgs)
 async def gated(ctx: JobContext) -> dict[str, Any]:
     args: GatedArgs = ctx.args
     started = datetime.now(UTC)
+    if not args.in_transaction:
+        await _wait_for_gate(args)
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx, started)
+        if args.in_transaction:
+            await _wait_for_gate(args)
+    return {"attempt": ctx.attempt}
+
+
+async def _wait_for_gate(args: GatedArgs) -> None:
     deadline = asyncio.get_running_loop().time() + args.wait_seconds
     while not Path(args.gate).exists():
         if asyncio.get_running_loop().time() > deadline:
             raise RuntimeError(f"gate {args.gate} never opened")
         await asyncio.sleep(0.05)
-    async with ctx.transaction() as conn:
-        await record_effect(conn, ctx, started)
-    return {"attempt": ctx.attempt}
 
 
 @job("leak-session")

@@ -42,6 +42,7 @@ async def start_guarded(
     replay: bool = False,
     definition_digest: str = "",
     max_attempts: int = 3,
+    timeout_seconds: float = 30,
 ) -> WorkflowHandle[Any, RunOutcome]:
     args = args or {}
     inp = ScheduledRunInput(
@@ -51,7 +52,7 @@ async def start_guarded(
         args_digest=args_digest(args),
         lock_name=f"schedule:{schedule_id}",
         lock_ttl_seconds=10,
-        timeout_seconds=30,
+        timeout_seconds=timeout_seconds,
         heartbeat_grace_seconds=60,
         max_attempts=max_attempts,
         fire_time=fire.isoformat(),
@@ -94,6 +95,8 @@ class WatchedDescribes(Interceptor):
         self.pool = pool
         self.calls = 0
         self.failing = False
+        self.fail_next = 0
+        """Fail this many of the next calls, then answer again."""
         self.open_transactions: list[int] = []
 
     def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
@@ -113,6 +116,8 @@ class _Watching(OutboundInterceptor):
             " WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
         )
         self._watched.open_transactions.append(int(rows[0]["n"]))
-        if self._watched.failing:
+        failing = self._watched.failing or self._watched.fail_next > 0
+        self._watched.fail_next = max(self._watched.fail_next - 1, 0)
+        if failing:
             raise RPCError("frontend unreachable (test)", RPCStatusCode.UNAVAILABLE, b"")
         return await self.next.describe_schedule(input)

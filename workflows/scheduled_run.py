@@ -34,6 +34,10 @@ WORKFLOW_NAME = "ScheduledRunWorkflow"
 SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 # Heartbeats from a live activity come every 2 s: missing them this long means the worker died.
 ACTIVITY_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# Runs started before the lease queue (the activity waits for the lease itself) went on after an
+# overlap-locked outcome differently: a replay slept and tried again, and every fire slept 1, 2,
+# 4... s. Their histories hold those timers; a worker replaying them must make the same choices.
+LEASE_QUEUE_PATCH = "lease-queue"
 
 
 def run_retry_policy(max_attempts: int, non_retryable: Sequence[str] = ()) -> RetryPolicy:
@@ -115,6 +119,7 @@ class ScheduledRunWorkflow:
             else timeout
         )
         give_up_at = workflow.now() + waiting
+        backoff = timedelta(seconds=1)  # only for runs started before the lease queue
         while True:
             # The activity waits for the lease itself (activities/lease.py), for as long as is
             # left of the wait; its start-to-close covers that wait plus the job's own timeout.
@@ -128,23 +133,40 @@ class ScheduledRunWorkflow:
                 heartbeat_timeout=min(ACTIVITY_HEARTBEAT_TIMEOUT, timeout),
                 retry_policy=run_retry_policy(inp.max_attempts, NON_RETRYABLE_TYPES),
             )
-            if outcome.outcome != OVERLAP_LOCKED or inp.overlap != "buffer_one" or inp.replay:
+            if outcome.outcome != OVERLAP_LOCKED or inp.overlap != "buffer_one":
+                return outcome
+            lease_queue = workflow.patched(LEASE_QUEUE_PATCH)
+            if inp.replay and lease_queue:
                 # A replay left overlap-locked is reported by `backfill run`, which lists it.
                 return outcome
             # buffer_one: this fire waits its turn behind whoever holds the lease (another
             # schedule sharing the lock, a replay) instead of being dropped, for the whole of
             # its timeout: the activity only returns overlap-locked early if its attempt was
             # cut short, so go again while time is left.
+            if not lease_queue:
+                backoff = await self._before_lease_queue(key, outcome, inp, give_up_at, backoff)
+                continue
             if workflow.now() >= give_up_at:
                 # Fail loudly rather than report success for a fire that never ran: the run
                 # fails, a pause_on_failure schedule pauses, and backfill lists the key.
-                raise ApplicationError(
-                    f"{key}: the lease stayed held by {outcome.held_by or 'another run'} for "
-                    f"longer than the schedule's timeout ({inp.timeout_seconds:g}s)",
-                    type=OVERLAP_TIMEOUT,
-                    non_retryable=True,
-                )
+                raise _overlap_timeout(key, outcome, inp)
             await workflow.sleep(min(timedelta(seconds=1), give_up_at - workflow.now()))
+
+    @staticmethod
+    async def _before_lease_queue(
+        key: str,
+        outcome: RunOutcome,
+        inp: ScheduledRunInput,
+        give_up_at: datetime,
+        backoff: timedelta,
+    ) -> timedelta:
+        """What a run started before the lease queue did after an overlap-locked outcome, kept
+        so its history replays: give up if the next sleep would pass the deadline, else sleep
+        with a doubling backoff. Returns the next backoff."""
+        if workflow.now() + backoff >= give_up_at:
+            raise _overlap_timeout(key, outcome, inp)
+        await workflow.sleep(backoff)
+        return min(backoff * 2, timedelta(seconds=30))
 
     @staticmethod
     def _fire_time(inp: ScheduledRunInput) -> datetime:
@@ -163,3 +185,12 @@ class ScheduledRunWorkflow:
                 non_retryable=True,
             )
         return parse_fire_time(scheduled.isoformat())
+
+
+def _overlap_timeout(key: str, outcome: RunOutcome, inp: ScheduledRunInput) -> ApplicationError:
+    return ApplicationError(
+        f"{key}: the lease stayed held by {outcome.held_by or 'another run'} for "
+        f"longer than the schedule's timeout ({inp.timeout_seconds:g}s)",
+        type=OVERLAP_TIMEOUT,
+        non_retryable=True,
+    )

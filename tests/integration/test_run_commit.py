@@ -13,7 +13,14 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from activities.contract import ALREADY_DONE, RAN, TRANSACTION_ENDED, RunOutcome, logical_key
+from activities.contract import (
+    ALREADY_DONE,
+    JOB_TIMED_OUT,
+    RAN,
+    TRANSACTION_ENDED,
+    RunOutcome,
+    logical_key,
+)
 from schedules.apply import apply_definitions
 from schedules.cli import _describe_json
 from schedules.inventory import get_view
@@ -161,6 +168,137 @@ async def test_cached_times_of_another_definition_never_set_the_deadline(
     assert beat["last_logical_key"] == logical_key(schedule_id, PAST_FIRE)
 
 
+async def database_now(pool: asyncpg.Pool) -> datetime:
+    rows = await fetch(pool, "SELECT statement_timestamp() AS now")
+    now: datetime = rows[0]["now"]
+    return now
+
+
+async def set_deadline(pool: asyncpg.Pool, schedule_id: str, at: datetime) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = $2 WHERE schedule_id = $1",
+            schedule_id,
+            at,
+        )
+
+
+@pytest.mark.parametrize("late", [False, True], ids=["next-fire", "late-fire"])
+async def test_cached_times_that_passed_while_other_workers_ran_the_fires_are_looked_up_again(
+    late: bool, client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    # Replicas share a schedule's fires: this worker's cached times can all pass while others
+    # commit, and no commit of its own marks them stale. Its next run must look again, or the
+    # row keeps the deadline the others' last commit left (this very fire), paging at + grace.
+    # The schedule fires on a queue nobody polls; the test starts this worker's runs itself.
+    defn = definition(schedule_id, "1s")
+    idle_queue = f"{task_queue}-idle"
+    await apply_definitions(client, pool, [defn], task_queue=idle_queue)
+    digest = definition_digest(defn, task_queue=idle_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    watched = WatchedDescribes(pool)
+    try:
+        async with in_process_worker(watched_client(client, watched), pool, task_queue):
+            first_fire = (await database_now(pool)).replace(microsecond=0)
+            first = await start_guarded(
+                client, task_queue, schedule_id, first_fire, definition_digest=digest
+            )
+            assert (await first.result()).outcome == RAN
+            assert watched.calls == 1
+            # Described after the worker did: its last time is at or after the worker's last.
+            last_cached = (await handle.describe()).info.next_action_times[-1]
+
+            async def all_passed() -> bool:
+                return await database_now(pool) > last_cached
+
+            await wait_for(all_passed, timeout=60, what="the worker's cached times to pass")
+            now = await database_now(pool)
+            fire = first_fire - timedelta(minutes=5) if late else now.replace(microsecond=0)
+            # What the other workers' last commit leaves: a deadline at the fire now running.
+            await set_deadline(pool, schedule_id, now)
+            run = await start_guarded(
+                client, task_queue, schedule_id, fire, definition_digest=digest
+            )
+            assert (await run.result()).outcome == RAN
+    finally:
+        await handle.delete()
+    beat = await heartbeat(pool, schedule_id)
+    assert beat["next_expected_at"] > now
+    assert watched.calls == 2
+
+
+async def test_a_cold_cache_retries_a_failed_look_up_once_before_the_commit(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    # Every worker's cache is cold after a deploy: one failed describe would leave the row at
+    # the deadline the last commit set, this fire's own time.
+    defn = definition(schedule_id, "1h")
+    idle_queue = f"{task_queue}-idle"
+    await apply_definitions(client, pool, [defn], task_queue=idle_queue)
+    digest = definition_digest(defn, task_queue=idle_queue)
+    next_fire = (await client.get_schedule_handle(schedule_id).describe()).info.next_action_times[0]
+    await set_deadline(pool, schedule_id, PAST_FIRE)
+    watched = WatchedDescribes(pool)
+    watched.fail_next = 1
+    try:
+        async with in_process_worker(watched_client(client, watched), pool, task_queue):
+            run = await start_guarded(
+                client, task_queue, schedule_id, PAST_FIRE, definition_digest=digest
+            )
+            assert (await run.result()).outcome == RAN
+    finally:
+        await client.get_schedule_handle(schedule_id).delete()
+    assert (await heartbeat(pool, schedule_id))["next_expected_at"] == next_fire
+    assert watched.calls == 2
+
+
+async def test_a_job_whose_transaction_stays_open_gets_a_next_fire_after_its_commit(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, tmp_path: Path
+) -> None:
+    # Inside the job's transaction now() is the time of its BEGIN: a fire picked by it can have
+    # passed by the COMMIT (and a skip schedule's next fire was dropped meanwhile): a page at
+    # that fire + grace for a run that succeeded.
+    defn = definition(schedule_id, "1s")
+    idle_queue = f"{task_queue}-idle"
+    await apply_definitions(client, pool, [defn], task_queue=idle_queue)
+    digest = definition_digest(defn, task_queue=idle_queue)
+    gate = tmp_path / f"gate-{uuid.uuid4().hex}"
+    try:
+        async with in_process_worker(client, pool, task_queue):
+            run = await start_guarded(
+                client,
+                task_queue,
+                schedule_id,
+                (await database_now(pool)).replace(microsecond=0),
+                job="gated",
+                args={"gate": str(gate), "in_transaction": True},
+                definition_digest=digest,
+            )
+
+            async def transaction_open() -> datetime | None:
+                rows = await fetch(
+                    pool,
+                    "SELECT xact_start FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND state LIKE 'idle in transaction%'",
+                )
+                return rows[0]["xact_start"] if rows else None
+
+            began = await wait_for(transaction_open, timeout=30, what="the job's transaction")
+            assert began is not None
+            three_fires_later = began + timedelta(seconds=3)
+
+            async def fires_passed() -> bool:
+                return await database_now(pool) > three_fires_later
+
+            await wait_for(fires_passed, timeout=30, what="fires passing while the job runs")
+            released_at = await database_now(pool)
+            gate.touch()
+            assert (await run.result()).outcome == RAN
+    finally:
+        await client.get_schedule_handle(schedule_id).delete()
+    assert (await heartbeat(pool, schedule_id))["next_expected_at"] > released_at
+
+
 # -- 3. a replay's commit never moves the live heartbeat
 
 
@@ -197,6 +335,41 @@ async def test_a_replays_commit_records_the_replay_and_leaves_the_live_heartbeat
     assert described["heartbeat"]["last_replay_key"] == key
     [row] = build_rows([view], {schedule_id: dict(after)}, now=datetime.now(UTC))
     assert row.as_json()["last_replay"]["logical_key"] == key
+
+
+# -- the job's timeout, counted from the moment the lease is taken
+
+
+async def test_a_job_hanging_past_its_timeout_fails_as_timed_out_with_its_lease_released(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, tmp_path: Path
+) -> None:
+    # The activity's start-to-close covers the wait for the lease plus the job's timeout: only
+    # the guard can hold the job itself to its timeout.
+    gate = tmp_path / f"never-{uuid.uuid4().hex}"
+    async with in_process_worker(client, pool, task_queue):
+        run = await start_guarded(
+            client,
+            task_queue,
+            schedule_id,
+            PAST_FIRE,
+            job="gated",
+            args={"gate": str(gate), "wait_seconds": 600, "in_transaction": True},
+            max_attempts=1,
+            timeout_seconds=3,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await run.result()
+        # Released by the guard itself, not left to expire.
+        assert await lock_holder(pool, f"schedule:{schedule_id}") is None
+    cause: BaseException | None = failed.value
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.type == JOB_TIMED_OUT, failed.value
+    assert "job 'gated' ran past its timeout (3s)" in cause.message
+    key = logical_key(schedule_id, PAST_FIRE)
+    # Its write inside the transaction was rolled back with it.
+    assert await count(pool, "test_effects", key) == 0
+    assert await count(pool, "cronwarden.outbox", key) == 0
 
 
 # -- 7. a job that ends the run's transaction itself

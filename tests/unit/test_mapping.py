@@ -1,12 +1,15 @@
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from temporalio.client import ScheduleActionStartWorkflow, ScheduleOverlapPolicy
 
+from activities.guard import lease_wait_seconds
 from schedules.mapping import definition_digest, execution_timeout, run_input, to_temporal
 from schedules.model import ScheduleDefinition
+from workflows.scheduled_run import run_retry_policy
 
 
 def defn(**fields: Any) -> ScheduleDefinition:
@@ -50,7 +53,33 @@ def test_the_digest_changes_with_any_field_or_the_task_queue_but_not_key_order()
     assert base != definition_digest(defn(args={"a": 1, "b": 2}, timeout="16m"), task_queue="q")
 
 
-def test_a_run_is_bounded_by_all_its_attempts_and_buffer_one_waits_longer() -> None:
-    skip = execution_timeout(defn(timeout="10m", max_attempts=3))
-    assert skip >= timedelta(minutes=30)
-    assert execution_timeout(defn(timeout="10m", max_attempts=3, overlap="buffer_one")) > skip
+@pytest.mark.parametrize("overlap", ["skip", "buffer_one", "allow_all"])
+def test_a_live_fire_that_waits_a_whole_timeout_still_has_every_attempts_timeout(
+    overlap: str,
+) -> None:
+    # Any live fire may wait up to its timeout for the lease (a skip or allow_all fire behind a
+    # replay): every attempt that follows, and the backoff between them, must still fit, or
+    # Temporal ends the run mid-job and the job's writes roll back.
+    d = defn(timeout="15m", max_attempts=3, overlap=overlap)
+    policy = run_retry_policy(d.max_attempts)
+    backoff = sum(
+        (
+            min(
+                policy.initial_interval * policy.backoff_coefficient**n,
+                policy.maximum_interval or timedelta.max,
+            )
+            for n in range(d.max_attempts - 1)
+        ),
+        timedelta(0),
+    )
+    assert execution_timeout(d) >= d.timeout + d.timeout * d.max_attempts + backoff
+
+
+def test_a_retried_attempt_waits_only_what_is_left_of_the_runs_wait_for_the_lease() -> None:
+    # The execution timeout holds one wait: a retry scheduled after attempts and backoff that
+    # took 100 s of a 900 s wait waits at most the 800 s left, and none once it is spent.
+    first = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+    assert lease_wait_seconds(900, scheduled=first, attempt_scheduled=first) == 900
+    later = first + timedelta(seconds=100)
+    assert lease_wait_seconds(900, scheduled=first, attempt_scheduled=later) == 800
+    assert lease_wait_seconds(60, scheduled=first, attempt_scheduled=later) == 0
