@@ -63,8 +63,16 @@ WITH done AS (
         OR (l.holder = EXCLUDED.holder AND l.attempt < EXCLUDED.attempt)
     RETURNING token
 ), current AS (
-    SELECT logical_key, holder, replay, holder IS NOT NULL AND expires_at > now() AS active
+    -- A locking read, so the lease as it is now and not as this statement's snapshot saw it:
+    -- when another acquire took the lease while ours waited on the row (`acquired` re-checks
+    -- the newest row, a plain read would not), a live fire refused by that replay must see it
+    -- and queue behind it, not take the lease for free and skip itself. FOR UPDATE, not FOR
+    -- SHARE: `acquired` locks the row exclusively too, and a shared lock taken first and
+    -- upgraded later would deadlock two pollers. Empty when `acquired` changed the row.
+    SELECT logical_key, holder, replay,
+           holder IS NOT NULL AND expires_at > now() AS active
       FROM cronwarden.locks WHERE name = $1
+       FOR UPDATE
 ), queued AS (
     INSERT INTO cronwarden.lock_waiters AS w
            (name, waiter, priority, logical_key, enqueued_at, expires_at)

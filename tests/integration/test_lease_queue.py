@@ -64,16 +64,31 @@ def request(name: str, holder: str, **fields: Any) -> LeaseRequest:
 async def take(pool: asyncpg.Pool, req: LeaseRequest) -> locks.Acquisition:
     """One acquire statement, as one poll of a waiting run makes it."""
     async with pool.acquire() as conn:
-        return await locks.acquire(
-            conn,
-            name=req.name,
-            holder=req.holder,
-            ttl_seconds=req.ttl_seconds,
-            logical_key=req.logical_key,
-            attempt=req.attempt,
-            schedule_id=req.schedule_id,
-            replay=req.replay,
-            wait_for_any=req.wait_for_any,
+        return await take_on(conn, req)
+
+
+async def take_on(conn: asyncpg.Connection, req: LeaseRequest) -> locks.Acquisition:
+    return await locks.acquire(
+        conn,
+        name=req.name,
+        holder=req.holder,
+        ttl_seconds=req.ttl_seconds,
+        logical_key=req.logical_key,
+        attempt=req.attempt,
+        schedule_id=req.schedule_id,
+        replay=req.replay,
+        wait_for_any=req.wait_for_any,
+        sweep_released=req.per_key,
+    )
+
+
+async def age_leases(pool: asyncpg.Pool, schedule_id: str) -> None:
+    """Make the schedule's leases old enough for a per-key acquire to sweep released ones."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET expires_at = now() - interval '2 minutes' "
+            "WHERE schedule_id = $1",
+            schedule_id,
         )
 
 
@@ -93,6 +108,26 @@ async def waiters(pool: asyncpg.Pool, name: str) -> list[str]:
         pool, "SELECT waiter FROM cronwarden.lock_waiters WHERE name = $1 ORDER BY 1", name
     )
     return [r["waiter"] for r in rows]
+
+
+async def blocked_on_a_lock(pool: asyncpg.Pool, pid: int) -> bool:
+    """The backend `pid` is waiting for a row or table lock another transaction holds."""
+    rows = await fetch(
+        pool,
+        "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+        pid,
+    )
+    return bool(rows)
+
+
+async def commit_key(pool: asyncpg.Pool, key: str) -> None:
+    """Another run of `key` committed it."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.outbox (logical_key, schedule_id, fire_time, attempt,"
+            " fencing_token, worker, args_digest) VALUES ($1, 's', now(), 1, 1, 'w', 'd')",
+            key,
+        )
 
 
 # --- the queue's order, statement by statement -------------------------------------------
@@ -159,18 +194,15 @@ async def test_taking_a_per_key_lease_sweeps_the_schedules_released_ones(
 ) -> None:
     # allow_all takes one lease per fire time: released ones must not pile up, one per fire.
     for n in range(3):
-        got = await take(pool, request(f"schedule:sw@{n}", "old", schedule_id="sw"))
-        await release(pool, f"schedule:sw@{n}", got.token)
-    running = await take(pool, request("schedule:sw@running", "run", schedule_id="sw"))
+        got = await take(pool, request(f"key:sw@{n}", "old", schedule_id="sw"))
+        await release(pool, f"key:sw@{n}", got.token)
+    running = await take(pool, request("key:sw@running", "run", schedule_id="sw"))
     assert running.token is not None
+    await age_leases(pool, "sw")
     async with pool.acquire() as conn:
-        await conn.execute(
-            "UPDATE cronwarden.locks SET expires_at = now() - interval '2 minutes' "
-            "WHERE schedule_id = 'sw'"
-        )
         new = await locks.acquire(
             conn,
-            name="schedule:sw@9",
+            name="key:sw@9",
             holder="new",
             ttl_seconds=60,
             logical_key="sw@9",
@@ -182,7 +214,37 @@ async def test_taking_a_per_key_lease_sweeps_the_schedules_released_ones(
         pool, "SELECT name FROM cronwarden.locks WHERE schedule_id = 'sw' ORDER BY 1"
     )
     # The held one stays, however old: it is a run (a retry may still take it over).
-    assert [r["name"] for r in rows] == ["schedule:sw@9", "schedule:sw@running"]
+    assert [r["name"] for r in rows] == ["key:sw@9", "key:sw@running"]
+
+
+async def test_a_live_fire_refused_by_a_replay_that_took_the_lease_meanwhile_waits_for_it(
+    pool: asyncpg.Pool,
+) -> None:
+    lock = "schedule:q5"
+    first = await take(pool, request(lock, "replay-1", replay=True, wait_for_any=True))
+    second = request(lock, "replay-2", replay=True, wait_for_any=True)
+    assert (await take(pool, second)).queued
+    await release(pool, lock, first.token)
+    live = request(lock, "live")
+    async with pool.acquire() as replay_conn, pool.acquire() as live_conn:
+        # The queued replay's poll takes the freed lease; until its statement commits it holds
+        # the lock row. The live fire's first poll starts meanwhile: its snapshot shows the
+        # lease free and nobody ahead, so it waits on the row, then is refused by the replay.
+        tx = replay_conn.transaction()
+        await tx.start()
+        got = await take_on(replay_conn, second)
+        assert got.token is not None
+        pid = live_conn.get_server_pid()
+        polling = asyncio.create_task(take_on(live_conn, live))
+        await wait_for(
+            lambda: blocked_on_a_lock(pool, pid), timeout=10, what="the live poll to wait"
+        )
+        await tx.commit()
+        refused = await asyncio.wait_for(polling, timeout=10)
+    # Refused by a replay, it waits for it (a replay never costs a live fire), and says so.
+    assert (refused.token, refused.queued, refused.held_by_replay) == (None, True, True)
+    assert refused.held_for == second.logical_key
+    assert await waiters(pool, lock) == ["live"]
 
 
 # --- cancellations ---------------------------------------------------------------------
