@@ -153,7 +153,7 @@ async def _release_after_cancel(
                 got = statement.result()
                 if got.token is not None:
                     await locks.release(conn, name=req.name, token=got.token)
-            await locks.leave_queue(conn, name=req.name, waiter=req.holder)
+            await locks.leave_queue(conn, name=req.name, waiter=req.holder, attempt=req.attempt)
     except _DB_ERRORS as exc:
         log.warning("run.release-failed", error=str(exc), noticed="cancelled while acquiring")
         return
@@ -168,7 +168,7 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 async def _leave(pool: asyncpg.Pool, req: LeaseRequest, log: Any) -> None:
     try:
         async with own_statements(pool) as conn:
-            await locks.leave_queue(conn, name=req.name, waiter=req.holder)
+            await locks.leave_queue(conn, name=req.name, waiter=req.holder, attempt=req.attempt)
     except _DB_ERRORS as exc:
         # The place expires by itself within QUEUE_TTL_SECONDS.
         log.warning("run.lease-queue-leave-failed", error=str(exc))

@@ -69,17 +69,23 @@ WITH done AS (
     -- and queue behind it, not take the lease for free and skip itself. FOR UPDATE, not FOR
     -- SHARE: `acquired` locks the row exclusively too, and a shared lock taken first and
     -- upgraded later would deadlock two pollers. Empty when `acquired` changed the row.
-    SELECT logical_key, holder, replay,
+    SELECT logical_key, holder, attempt, replay,
            holder IS NOT NULL AND expires_at > now() AS active
       FROM cronwarden.locks WHERE name = $1
        FOR UPDATE
 ), queued AS (
+    -- An attempt Temporal has retried already (the lease's holder is a later attempt of the
+    -- same activity, or its place is) never queues again: it would hold a ghost place, ahead
+    -- of live fires, for as long as it keeps polling.
     INSERT INTO cronwarden.lock_waiters AS w
-           (name, waiter, priority, logical_key, enqueued_at, expires_at)
-    SELECT $1, $2, $8, $4, now(), now() + make_interval(secs => $9)
+           (name, waiter, attempt, priority, logical_key, enqueued_at, expires_at)
+    SELECT $1, $2, $5, $8, $4, now(), now() + make_interval(secs => $9)
      WHERE NOT EXISTS (SELECT 1 FROM acquired) AND NOT EXISTS (SELECT 1 FROM done)
        AND ($10 OR EXISTS (SELECT 1 FROM current WHERE active AND replay))
-    ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at
+       AND NOT EXISTS (SELECT 1 FROM current WHERE holder = $2 AND attempt > $5)
+    ON CONFLICT (name, waiter) DO UPDATE
+       SET expires_at = EXCLUDED.expires_at, attempt = EXCLUDED.attempt
+     WHERE w.attempt <= EXCLUDED.attempt
     RETURNING 1
 ), swept AS (
     -- Per-key leases (allow_all) leave one released row per fire time: the schedule's next
@@ -89,10 +95,14 @@ WITH done AS (
      WHERE $11 AND schedule_id = $6 AND name <> $1 AND holder IS NULL
        AND expires_at < now() - interval '1 minute'
 ), dequeued AS (
-    -- Our own place once we hold the lease, and places their waiters abandoned long ago.
+    -- Our own place once we hold the lease or find the key done (a run that stopped waiting
+    -- because another run committed its key must not stay in line ahead of live fires), and
+    -- places their waiters abandoned long ago.
     DELETE FROM cronwarden.lock_waiters
-     WHERE name = $1 AND EXISTS (SELECT 1 FROM acquired)
-       AND (waiter = $2 OR expires_at < now() - interval '1 minute')
+     WHERE name = $1
+       AND ((EXISTS (SELECT 1 FROM acquired)
+             AND (waiter = $2 OR expires_at < now() - interval '1 minute'))
+            OR (EXISTS (SELECT 1 FROM done) AND waiter = $2))
 )
 SELECT (SELECT token FROM acquired) AS token,
        EXISTS (SELECT 1 FROM done) AS done,
@@ -106,8 +116,11 @@ SELECT (SELECT token FROM acquired) AS token,
 """
 
 # Giving up or cancelled while queued: leave the queue so nobody waits behind a ghost for the
-# seconds its place would take to expire.
-_LEAVE = "DELETE FROM cronwarden.lock_waiters WHERE name = $1 AND waiter = $2"
+# seconds its place would take to expire. Never a later attempt's place: an attempt Temporal
+# already retried must not throw its retry out of line.
+_LEAVE = """
+DELETE FROM cronwarden.lock_waiters WHERE name = $1 AND waiter = $2 AND attempt <= $3
+"""
 
 # The lease of one activity attempt, whatever its token: for a cancellation that struck while
 # the acquire statement's result was on its way, when the token never reached us.
@@ -190,8 +203,8 @@ async def acquire(
     )
 
 
-async def leave_queue(conn: Any, *, name: str, waiter: str) -> None:
-    await conn.execute(_LEAVE, name, waiter)
+async def leave_queue(conn: Any, *, name: str, waiter: str, attempt: int) -> None:
+    await conn.execute(_LEAVE, name, waiter, attempt)
 
 
 async def release_holder(conn: Any, *, name: str, holder: str, attempt: int) -> bool:

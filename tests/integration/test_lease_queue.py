@@ -4,6 +4,7 @@ lease or queue place left behind by a cancellation, lease skips recorded, allow_
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import time
@@ -245,6 +246,55 @@ async def test_a_live_fire_refused_by_a_replay_that_took_the_lease_meanwhile_wai
     assert (refused.token, refused.queued, refused.held_by_replay) == (None, True, True)
     assert refused.held_for == second.logical_key
     assert await waiters(pool, lock) == ["live"]
+
+
+async def test_a_queued_run_that_finds_its_key_done_leaves_the_queue(pool: asyncpg.Pool) -> None:
+    lock = "shared-q6"
+    holding = await take(pool, request(lock, "replay-0", replay=True))
+    buffered = request(lock, "buffered", wait_for_any=True)
+    assert (await take(pool, buffered)).queued
+    await commit_key(pool, buffered.logical_key)
+    assert (await take(pool, buffered)).already_done
+    assert await waiters(pool, lock) == []
+    # No ghost ahead: a live skip fire of a schedule sharing the lock takes the freed lease.
+    await release(pool, lock, holding.token)
+    assert (await take(pool, request(lock, "live"))).token is not None
+
+
+async def test_an_attempt_temporal_retried_keeps_no_place_in_the_queue(
+    pool: asyncpg.Pool,
+) -> None:
+    lock = "shared-q7"
+    holding = await take(pool, request(lock, "other"))
+    first = request(lock, "wf/run/1", attempt=1, wait_for_any=True)
+    assert (await take(pool, first)).queued
+    await release(pool, lock, holding.token)
+    # Temporal declared attempt 1 dead and retried it: the retry takes the lease.
+    retry = await take(pool, dataclasses.replace(first, attempt=2))
+    assert retry.token is not None
+    assert await waiters(pool, lock) == []
+    # Attempt 1 is in fact alive (a partitioned worker) and keeps polling: no place for it.
+    late = await take(pool, first)
+    assert (late.token, late.queued) == (None, False)
+    assert await waiters(pool, lock) == []
+    await release(pool, lock, retry.token)
+    assert (await take(pool, request(lock, "live"))).token is not None
+
+
+async def test_an_earlier_attempt_neither_refreshes_nor_removes_its_retrys_place(
+    pool: asyncpg.Pool,
+) -> None:
+    lock = "shared-q8"
+    await take(pool, request(lock, "other"))
+    first = request(lock, "wf/run/1", attempt=1, wait_for_any=True)
+    assert (await take(pool, first)).queued
+    assert (await take(pool, dataclasses.replace(first, attempt=2))).queued
+    assert not (await take(pool, first)).queued
+    async with pool.acquire() as conn:
+        # Attempt 1 giving up leaves its own place only, not the retry's.
+        await locks.leave_queue(conn, name=lock, waiter="wf/run/1", attempt=1)
+    rows = await fetch(pool, "SELECT attempt FROM cronwarden.lock_waiters WHERE name = $1", lock)
+    assert [r["attempt"] for r in rows] == [2]
 
 
 # --- cancellations ---------------------------------------------------------------------
