@@ -98,8 +98,11 @@ async def acquire_lease(
         raise
     finally:
         if beating is not None:
+            # Cancelled, never awaited: an await here is a point where a cancellation of this
+            # run would replace the `return` of a lease just taken, and the token would never
+            # reach the guard (nothing renews or releases it until its TTL). Not awaiting is
+            # safe: the task is parked in its sleep, so it never heartbeats again.
             beating.cancel()
-            await asyncio.wait([beating])
 
 
 async def _attempt(pool: asyncpg.Pool, req: LeaseRequest, log: Any) -> locks.Acquisition:

@@ -18,6 +18,7 @@ import pytest_asyncio
 from temporalio.client import Client, ScheduleHandle
 from temporalio.worker import Worker
 
+from activities import lease
 from activities.lease import LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from schedules.apply import apply_definitions
@@ -328,6 +329,43 @@ async def test_a_cancellation_after_the_acquire_statement_landed_releases_the_le
         await acquiring
     row = await lock_row(pool, lock)
     assert row is not None and row["holder"] is None
+
+
+async def test_a_cancellation_as_the_wait_winds_down_never_loses_a_lease_just_taken(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = "schedule:c4"
+    holding = await take(pool, request(lock, "other", replay=True))
+    stopping = asyncio.Event()
+    stopped = asyncio.Event()
+
+    async def slow_to_stop(heartbeat: Any) -> None:
+        # The wait's Temporal heartbeats take a moment to stop: the moment the cancel strikes.
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopping.set()
+            await stopped.wait()
+            raise
+
+    monkeypatch.setattr(lease, "_beat", slow_to_stop)
+    waiting = asyncio.create_task(
+        acquire_lease(pool, request(lock, "live", wait_seconds=60), log=LOG, heartbeat=lambda: None)
+    )
+    await wait_for(lambda: waiters(pool, lock), timeout=10, what="the live fire to queue")
+    await release(pool, lock, holding.token)
+    await asyncio.wait_for(stopping.wait(), timeout=10)
+    waiting.cancel()
+    stopped.set()
+    try:
+        got: locks.Acquisition | None = await waiting
+    except asyncio.CancelledError:
+        got = None
+    row = await lock_row(pool, lock)
+    assert row is not None
+    # The lease is in the caller's hands (its token came back) or released, never held by
+    # nobody until its TTL.
+    assert row["holder"] is None or (got is not None and got.token == row["token"])
 
 
 async def test_a_cancellation_while_queued_leaves_the_queue(pool: asyncpg.Pool) -> None:
