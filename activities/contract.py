@@ -46,6 +46,16 @@ def logical_key(schedule_id: str, fire_time: datetime) -> str:
     return f"{schedule_id}@{format_fire_time(fire_time)}"
 
 
+# allow_all runs take one lease per logical key, named with this prefix; no shared lock may
+# start with it (schedules/model.py), and the per-key sweep deletes only such rows.
+PER_KEY_LOCK_PREFIX = "key:"
+
+
+def per_key_lock_name(key: str) -> str:
+    """The lease of one logical key's runs (allow_all): `key:{schedule_id}@{fire time}`."""
+    return f"{PER_KEY_LOCK_PREFIX}{key}"
+
+
 def format_fire_time(fire_time: datetime) -> str:
     if fire_time.tzinfo is None:
         raise ValueError(f"fire time {fire_time!r} has no time zone; cronwarden works in UTC")

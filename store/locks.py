@@ -88,12 +88,14 @@ WITH done AS (
      WHERE w.attempt <= EXCLUDED.attempt
     RETURNING 1
 ), swept AS (
-    -- Per-key leases (allow_all) leave one released row per fire time: the schedule's next
-    -- per-key acquire deletes its released ones. Only released rows: a lease still held or
-    -- expired-but-held is a run (perhaps a dead one a retry will take over), and stays.
+    -- Per-key leases (allow_all, named `key:{logical key}`: activities/contract.py) leave one
+    -- released row per fire time: the schedule's next per-key acquire deletes its released
+    -- ones. Only released rows: a lease still held or expired-but-held is a run (perhaps a
+    -- dead one a retry will take over), and stays; never a schedule's or a shared lock's row,
+    -- whatever schedule last held it.
     DELETE FROM cronwarden.locks
-     WHERE $11 AND schedule_id = $6 AND name <> $1 AND holder IS NULL
-       AND expires_at < now() - interval '1 minute'
+     WHERE $11 AND schedule_id = $6 AND starts_with(name, 'key:') AND name <> $1
+       AND holder IS NULL AND expires_at < now() - interval '1 minute'
 ), dequeued AS (
     -- Our own place once we hold the lease or find the key done (a run that stopped waiting
     -- because another run committed its key must not stay in line ahead of live fires), and

@@ -298,6 +298,32 @@ async def test_an_earlier_attempt_neither_refreshes_nor_removes_its_retrys_place
     assert [r["attempt"] for r in rows] == [2]
 
 
+async def test_the_per_key_sweep_leaves_schedule_and_shared_leases_alone(
+    pool: asyncpg.Pool,
+) -> None:
+    # The last run holding `schedule:ks` and the shared lock was schedule ks's, but they are
+    # not per-key leases: they stay, whichever schedule last held them.
+    for name in ("schedule:ks", "shared-ks", "key:ks@2026-11-30T04:00:00Z"):
+        got = await take(pool, request(name, "old", schedule_id="ks"))
+        await release(pool, name, got.token)
+    await age_leases(pool, "ks")
+    async with pool.acquire() as conn:
+        new = await locks.acquire(
+            conn,
+            name="key:ks@2026-11-30T05:00:00Z",
+            holder="new",
+            ttl_seconds=60,
+            logical_key="ks@2026-11-30T05:00:00Z",
+            schedule_id="ks",
+            sweep_released=True,
+        )
+    assert new.token is not None
+    rows = await fetch(
+        pool, "SELECT name FROM cronwarden.locks WHERE schedule_id = 'ks' ORDER BY 1"
+    )
+    assert [r["name"] for r in rows] == ["key:ks@2026-11-30T05:00:00Z", "schedule:ks", "shared-ks"]
+
+
 # --- cancellations ---------------------------------------------------------------------
 
 
@@ -628,3 +654,8 @@ async def test_allow_all_runs_a_job_slower_than_its_period_concurrently(
         pool, "SELECT lease_skips FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
     )
     assert rows[0]["lease_skips"] == 0
+    # Each run's lease is named for its logical key, so it names the schedule too.
+    names = await fetch(
+        pool, "SELECT name, logical_key FROM cronwarden.locks WHERE schedule_id = $1", schedule_id
+    )
+    assert names and all(r["name"] == f"key:{r['logical_key']}" for r in names)
