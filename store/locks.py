@@ -92,10 +92,17 @@ WITH done AS (
     -- released row per fire time: the schedule's next per-key acquire deletes its released
     -- ones. Only released rows: a lease still held or expired-but-held is a run (perhaps a
     -- dead one a retry will take over), and stays; never a schedule's or a shared lock's row,
-    -- whatever schedule last held it.
+    -- whatever schedule last held it. SKIP LOCKED, in name order:
+    -- two per-key acquires each taking back an old released row the other would delete must
+    -- not wait for each other (a deadlock); a row skipped now is deleted by a later acquire.
     DELETE FROM cronwarden.locks
-     WHERE $11 AND schedule_id = $6 AND starts_with(name, 'key:') AND name <> $1
-       AND holder IS NULL AND expires_at < now() - interval '1 minute'
+     WHERE holder IS NULL
+       AND name IN (SELECT name FROM cronwarden.locks
+                     WHERE $11 AND schedule_id = $6 AND starts_with(name, 'key:')
+                       AND name <> $1 AND holder IS NULL
+                       AND expires_at < now() - interval '1 minute'
+                     ORDER BY name
+                       FOR UPDATE SKIP LOCKED)
 ), dequeued AS (
     -- Our own place once we hold the lease or find the key done (a run that stopped waiting
     -- because another run committed its key must not stay in line ahead of live fires), and

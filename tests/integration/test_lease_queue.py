@@ -307,21 +307,46 @@ async def test_the_per_key_sweep_leaves_schedule_and_shared_leases_alone(
         got = await take(pool, request(name, "old", schedule_id="ks"))
         await release(pool, name, got.token)
     await age_leases(pool, "ks")
-    async with pool.acquire() as conn:
-        new = await locks.acquire(
-            conn,
-            name="key:ks@2026-11-30T05:00:00Z",
-            holder="new",
-            ttl_seconds=60,
-            logical_key="ks@2026-11-30T05:00:00Z",
-            schedule_id="ks",
-            sweep_released=True,
-        )
+    new = await take(
+        pool, request("key:ks@2026-11-30T05:00:00Z", "new", schedule_id="ks", per_key=True)
+    )
     assert new.token is not None
     rows = await fetch(
         pool, "SELECT name FROM cronwarden.locks WHERE schedule_id = 'ks' ORDER BY 1"
     )
     assert [r["name"] for r in rows] == ["key:ks@2026-11-30T05:00:00Z", "schedule:ks", "shared-ks"]
+
+
+async def test_two_per_key_acquires_sweeping_each_others_old_leases_never_deadlock(
+    pool: asyncpg.Pool,
+) -> None:
+    one, two = "key:dl@2026-11-30T04:00:00Z", "key:dl@2026-11-30T05:00:00Z"
+    for name in (one, two):
+        got = await take(pool, request(name, "old", schedule_id="dl"))
+        await release(pool, name, got.token)
+    await age_leases(pool, "dl")
+    async with pool.acquire() as first, pool.acquire() as second:
+        # First takes `two` back (a late run of that key) and is on its way to sweep `one`;
+        # second takes `one` back and sweeps meanwhile. Without SKIP LOCKED each waits for the
+        # row the other holds.
+        tx = first.transaction()
+        await tx.start()
+        again = await take_on(first, request(two, "again", schedule_id="dl"))
+        assert again.token is not None
+        pid = second.get_server_pid()
+        sweeping = asyncio.create_task(
+            take_on(second, request(one, "again", schedule_id="dl", per_key=True))
+        )
+
+        async def done_or_blocked() -> bool:
+            return sweeping.done() or await blocked_on_a_lock(pool, pid)
+
+        await wait_for(done_or_blocked, timeout=10, what="the second sweep to end or wait")
+        # The rest of first's statement: its sweep reaching `one`.
+        await first.execute("SELECT 1 FROM cronwarden.locks WHERE name = $1 FOR UPDATE", one)
+        await tx.commit()
+        got = await asyncio.wait_for(sweeping, timeout=10)
+    assert got.token is not None
 
 
 # --- cancellations ---------------------------------------------------------------------
