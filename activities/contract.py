@@ -26,6 +26,8 @@ COMMIT_FAILED = "CommitFailed"
 OVERLAP_TIMEOUT = "OverlapTimeout"
 NO_FIRE_TIME = "NoFireTime"
 JOB_FAILED = "JobFailed"
+# Retryable: a fire skipped at the lease could not be counted, so it must not end as a success.
+LEASE_SKIP_UNRECORDED = "LeaseSkipUnrecorded"
 # The job ended the transaction `ctx.transaction()` opened: retrying could apply its writes twice.
 TRANSACTION_ENDED = "TransactionEndedByJob"
 NON_RETRYABLE_TYPES = [UNKNOWN_JOB, INVALID_ARGS, INVALID_RESULT, TRANSACTION_ENDED]
