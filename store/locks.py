@@ -121,7 +121,9 @@ SELECT (SELECT token FROM acquired) AS token,
                 (SELECT logical_key FROM ahead),
                 (SELECT logical_key FROM current)) AS held_for,
        COALESCE((SELECT replay FROM current WHERE active),
-                (SELECT priority = 1 FROM ahead), false) AS held_by_replay
+                (SELECT priority = 1 FROM ahead), false) AS held_by_replay,
+       NOT EXISTS (SELECT 1 FROM current WHERE active)
+           AND NOT EXISTS (SELECT 1 FROM ahead) AS seen_free
 """
 
 # Giving up or cancelled while queued: leave the queue so nobody waits behind a ghost for the
@@ -166,6 +168,10 @@ class Acquisition:
     """When not acquired: that run is a `backfill run` replay."""
     queued: bool = False
     """When not acquired: this run holds a place in the lease's queue (it means to wait)."""
+    seen_free: bool = False
+    """When not acquired: the statement saw the lease free and nobody ahead, yet was refused:
+    another run created the lease's row while it ran (a row no read of its snapshot shows, so
+    `held_for` is unknown). A fresh statement sees that run."""
 
 
 async def acquire(
@@ -209,6 +215,7 @@ async def acquire(
         held_for=row["held_for"],
         held_by_replay=row["held_by_replay"],
         queued=row["queued"],
+        seen_free=row["seen_free"],
     )
 
 

@@ -122,6 +122,15 @@ async def blocked_on_a_lock(pool: asyncpg.Pool, pid: int) -> bool:
     return bool(rows)
 
 
+async def anyone_blocked_on_a_lock(pool: asyncpg.Pool) -> bool:
+    rows = await fetch(
+        pool,
+        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock'",
+    )
+    return bool(rows)
+
+
 async def commit_key(pool: asyncpg.Pool, key: str) -> None:
     """Another run of `key` committed it."""
     async with pool.acquire() as conn:
@@ -247,6 +256,30 @@ async def test_a_live_fire_refused_by_a_replay_that_took_the_lease_meanwhile_wai
     assert (refused.token, refused.queued, refused.held_by_replay) == (None, True, True)
     assert refused.held_for == second.logical_key
     assert await waiters(pool, lock) == ["live"]
+
+
+async def test_a_live_fire_refused_by_a_replay_creating_the_lease_row_waits_for_it(
+    pool: asyncpg.Pool,
+) -> None:
+    # As above, on a lease whose row the replay creates: no read of the live poll's snapshot
+    # shows that row, so the live fire asks again and queues behind the replay.
+    lock = "schedule:q9"
+    async with pool.acquire() as replay_conn:
+        tx = replay_conn.transaction()
+        await tx.start()
+        first = await take_on(replay_conn, request(lock, "replay", replay=True))
+        assert first.token is not None
+        live = asyncio.create_task(
+            acquire_lease(pool, request(lock, "live", wait_seconds=60), log=LOG)
+        )
+        await wait_for(
+            lambda: anyone_blocked_on_a_lock(pool), timeout=10, what="the live poll to wait"
+        )
+        await tx.commit()
+    await wait_for(lambda: waiters(pool, lock), timeout=10, what="the live fire to queue")
+    await release(pool, lock, first.token)
+    got = await asyncio.wait_for(live, timeout=10)
+    assert got.token is not None
 
 
 async def test_a_queued_run_that_finds_its_key_done_leaves_the_queue(pool: asyncpg.Pool) -> None:
