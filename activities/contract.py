@@ -29,6 +29,8 @@ JOB_FAILED = "JobFailed"
 # Retryable, as Temporal's own start-to-close timeout was: the job ran past the schedule's
 # timeout, counted from the moment its run took the lease.
 JOB_TIMED_OUT = "JobTimedOut"
+# Retryable: a fire skipped at the lease could not be counted, so it must not end as a success.
+LEASE_SKIP_UNRECORDED = "LeaseSkipUnrecorded"
 # The job ended the transaction `ctx.transaction()` opened: retrying could apply its writes twice.
 TRANSACTION_ENDED = "TransactionEndedByJob"
 NON_RETRYABLE_TYPES = [UNKNOWN_JOB, INVALID_ARGS, INVALID_RESULT, TRANSACTION_ENDED]
@@ -47,6 +49,16 @@ DIGEST_MEMO = "cronwarden_digest"
 def logical_key(schedule_id: str, fire_time: datetime) -> str:
     """`{schedule_id}@{fire time, UTC, whole seconds}`: the name of a run everywhere."""
     return f"{schedule_id}@{format_fire_time(fire_time)}"
+
+
+# allow_all runs take one lease per logical key, named with this prefix; no shared lock may
+# start with it (schedules/model.py), and the per-key sweep deletes only such rows.
+PER_KEY_LOCK_PREFIX = "key:"
+
+
+def per_key_lock_name(key: str) -> str:
+    """The lease of one logical key's runs (allow_all): `key:{schedule_id}@{fire time}`."""
+    return f"{PER_KEY_LOCK_PREFIX}{key}"
 
 
 def format_fire_time(fire_time: datetime) -> str:

@@ -31,6 +31,7 @@ from activities.contract import (
     JOB_FAILED,
     JOB_TIMED_OUT,
     LEASE_LOST,
+    LEASE_SKIP_UNRECORDED,
     ORPHAN_NOTE_PREFIX,
     OVERLAP_LOCKED,
     RAN,
@@ -196,6 +197,14 @@ class GuardedRun:
                 )
         except _DB_ERRORS as exc:
             log.warning("run.record-lease-skip-failed", error=str(exc))
+            # Returning overlap-locked now would be the "success with nothing recorded" the
+            # record exists to prevent. The retry asks for the lease again: it records the skip,
+            # or runs the fire if the lease is free by then; out of attempts, the run fails loud.
+            raise ApplicationError(
+                f"the fire {inp.logical_key} was skipped at the lease (held by {held_by}) and "
+                f"the skip could not be recorded ({type(exc).__name__}: {exc}); retrying",
+                type=LEASE_SKIP_UNRECORDED,
+            ) from exc
 
     async def _holding_lease(
         self,

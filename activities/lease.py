@@ -28,6 +28,10 @@ from store.pool import own_statements
 # missed polls, so a run that died stops blocking the queue within seconds.
 POLL_EVERY = 0.25
 QUEUE_TTL_SECONDS = 5.0
+# A refusal by a run the statement could not see is asked again at once, this many times at
+# most: the next statement sees the run (one is enough; more only if the lease changes hands
+# again in between).
+MAX_RECHECKS = 3
 # Heartbeats to Temporal while waiting, well inside the workflow's 10 s heartbeat timeout.
 HEARTBEAT_EVERY = 2.0
 # A cancelled acquire waits this long for its statement's answer before falling back to a
@@ -70,12 +74,19 @@ async def acquire_lease(
     give_up_at = time.monotonic() + req.wait_seconds
     beating: asyncio.Task[None] | None = None
     queued = False
+    rechecks = 0
     try:
         while True:
             got = await _attempt(pool, req, log)
             if got.token is not None or got.already_done:
                 return got
             queued = queued or got.queued
+            if got.seen_free and not got.queued and rechecks < MAX_RECHECKS:
+                # Refused by a run that took the lease while our statement ran, unseen by it:
+                # ask again at once, so a live fire queues behind a replay instead of being
+                # skipped, and a skip names the run that really holds the lease.
+                rechecks += 1
+                continue
             left = give_up_at - time.monotonic()
             if not got.queued or left <= 0:
                 if queued:
@@ -98,8 +109,11 @@ async def acquire_lease(
         raise
     finally:
         if beating is not None:
+            # Cancelled, never awaited: an await here is a point where a cancellation of this
+            # run would replace the `return` of a lease just taken, and the token would never
+            # reach the guard (nothing renews or releases it until its TTL). Not awaiting is
+            # safe: the task is parked in its sleep, so it never heartbeats again.
             beating.cancel()
-            await asyncio.wait([beating])
 
 
 async def _attempt(pool: asyncpg.Pool, req: LeaseRequest, log: Any) -> locks.Acquisition:
@@ -153,7 +167,7 @@ async def _release_after_cancel(
                 got = statement.result()
                 if got.token is not None:
                     await locks.release(conn, name=req.name, token=got.token)
-            await locks.leave_queue(conn, name=req.name, waiter=req.holder)
+            await locks.leave_queue(conn, name=req.name, waiter=req.holder, attempt=req.attempt)
     except _DB_ERRORS as exc:
         log.warning("run.release-failed", error=str(exc), noticed="cancelled while acquiring")
         return
@@ -168,7 +182,7 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 async def _leave(pool: asyncpg.Pool, req: LeaseRequest, log: Any) -> None:
     try:
         async with own_statements(pool) as conn:
-            await locks.leave_queue(conn, name=req.name, waiter=req.holder)
+            await locks.leave_queue(conn, name=req.name, waiter=req.holder, attempt=req.attempt)
     except _DB_ERRORS as exc:
         # The place expires by itself within QUEUE_TTL_SECONDS.
         log.warning("run.lease-queue-leave-failed", error=str(exc))

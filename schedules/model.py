@@ -28,6 +28,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from activities.contract import PER_KEY_LOCK_PREFIX
 from activities.jobs import InvalidArgs, JobRegistry, UnknownJob
 from cronwarden.errors import InvalidInput, ScheduleFileError
 from schedules.cron import validate_cron
@@ -133,6 +134,12 @@ class ScheduleDefinition(BaseModel):
             raise ValueError("the lock name is empty; remove `lock` to use schedule:{id}")
         if len(value) > _LOCK_MAX:
             raise ValueError(f"the lock name is {len(value)} characters; the limit is {_LOCK_MAX}")
+        if value.startswith(PER_KEY_LOCK_PREFIX):
+            # allow_all's per-fire-time leases live there; a shared lock must never be one.
+            raise ValueError(
+                f"the lock name '{value}' starts with '{PER_KEY_LOCK_PREFIX}', which is reserved "
+                "for allow_all's per-fire-time leases; choose another name"
+            )
         return value
 
     @field_validator("args", mode="after")
@@ -149,6 +156,18 @@ class ScheduleDefinition(BaseModel):
             raise ValueError("set exactly one of `cron` and `every`: this entry sets both")
         if self.cron is None and self.every is None:
             raise ValueError("set exactly one of `cron` and `every`: this entry sets neither")
+        return self
+
+    @model_validator(mode="after")
+    def _check_allow_all_has_no_shared_lock(self) -> ScheduleDefinition:
+        # allow_all takes one lease per logical key, so its runs never hold a shared lock:
+        # accepting `lock` would let them run while another schedule holds it.
+        if self.overlap is Overlap.allow_all and self.lock is not None:
+            raise ValueError(
+                f"overlap allow_all cannot share the lock '{self.lock}': its runs take one lease "
+                "per fire time and would run while another schedule holds that lock; remove "
+                "`lock`, or use skip or buffer_one"
+            )
         return self
 
     @property

@@ -63,28 +63,55 @@ WITH done AS (
         OR (l.holder = EXCLUDED.holder AND l.attempt < EXCLUDED.attempt)
     RETURNING token
 ), current AS (
-    SELECT logical_key, holder, replay, holder IS NOT NULL AND expires_at > now() AS active
+    -- A locking read, so the lease as it is now and not as this statement's snapshot saw it:
+    -- when another acquire took the lease while ours waited on the row (`acquired` re-checks
+    -- the newest row, a plain read would not), a live fire refused by that replay must see it
+    -- and queue behind it, not take the lease for free and skip itself. FOR UPDATE, not FOR
+    -- SHARE: `acquired` locks the row exclusively too, and a shared lock taken first and
+    -- upgraded later would deadlock two pollers. Empty when `acquired` changed the row.
+    SELECT logical_key, holder, attempt, replay,
+           holder IS NOT NULL AND expires_at > now() AS active
       FROM cronwarden.locks WHERE name = $1
+       FOR UPDATE
 ), queued AS (
+    -- An attempt Temporal has retried already (the lease's holder is a later attempt of the
+    -- same activity, or its place is) never queues again: it would hold a ghost place, ahead
+    -- of live fires, for as long as it keeps polling.
     INSERT INTO cronwarden.lock_waiters AS w
-           (name, waiter, priority, logical_key, enqueued_at, expires_at)
-    SELECT $1, $2, $8, $4, now(), now() + make_interval(secs => $9)
+           (name, waiter, attempt, priority, logical_key, enqueued_at, expires_at)
+    SELECT $1, $2, $5, $8, $4, now(), now() + make_interval(secs => $9)
      WHERE NOT EXISTS (SELECT 1 FROM acquired) AND NOT EXISTS (SELECT 1 FROM done)
        AND ($10 OR EXISTS (SELECT 1 FROM current WHERE active AND replay))
-    ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at
+       AND NOT EXISTS (SELECT 1 FROM current WHERE holder = $2 AND attempt > $5)
+    ON CONFLICT (name, waiter) DO UPDATE
+       SET expires_at = EXCLUDED.expires_at, attempt = EXCLUDED.attempt
+     WHERE w.attempt <= EXCLUDED.attempt
     RETURNING 1
 ), swept AS (
-    -- Per-key leases (allow_all) leave one released row per fire time: the schedule's next
-    -- per-key acquire deletes its released ones. Only released rows: a lease still held or
-    -- expired-but-held is a run (perhaps a dead one a retry will take over), and stays.
+    -- Per-key leases (allow_all, named `key:{logical key}`: activities/contract.py) leave one
+    -- released row per fire time: the schedule's next per-key acquire deletes its released
+    -- ones. Only released rows: a lease still held or expired-but-held is a run (perhaps a
+    -- dead one a retry will take over), and stays; never a schedule's or a shared lock's row,
+    -- whatever schedule last held it. SKIP LOCKED, in name order:
+    -- two per-key acquires each taking back an old released row the other would delete must
+    -- not wait for each other (a deadlock); a row skipped now is deleted by a later acquire.
     DELETE FROM cronwarden.locks
-     WHERE $11 AND schedule_id = $6 AND name <> $1 AND holder IS NULL
-       AND expires_at < now() - interval '1 minute'
+     WHERE holder IS NULL
+       AND name IN (SELECT name FROM cronwarden.locks
+                     WHERE $11 AND schedule_id = $6 AND starts_with(name, 'key:')
+                       AND name <> $1 AND holder IS NULL
+                       AND expires_at < now() - interval '1 minute'
+                     ORDER BY name
+                       FOR UPDATE SKIP LOCKED)
 ), dequeued AS (
-    -- Our own place once we hold the lease, and places their waiters abandoned long ago.
+    -- Our own place once we hold the lease or find the key done (a run that stopped waiting
+    -- because another run committed its key must not stay in line ahead of live fires), and
+    -- places their waiters abandoned long ago.
     DELETE FROM cronwarden.lock_waiters
-     WHERE name = $1 AND EXISTS (SELECT 1 FROM acquired)
-       AND (waiter = $2 OR expires_at < now() - interval '1 minute')
+     WHERE name = $1
+       AND ((EXISTS (SELECT 1 FROM acquired)
+             AND (waiter = $2 OR expires_at < now() - interval '1 minute'))
+            OR (EXISTS (SELECT 1 FROM done) AND waiter = $2))
 )
 SELECT (SELECT token FROM acquired) AS token,
        EXISTS (SELECT 1 FROM done) AS done,
@@ -94,12 +121,17 @@ SELECT (SELECT token FROM acquired) AS token,
                 (SELECT logical_key FROM ahead),
                 (SELECT logical_key FROM current)) AS held_for,
        COALESCE((SELECT replay FROM current WHERE active),
-                (SELECT priority = 1 FROM ahead), false) AS held_by_replay
+                (SELECT priority = 1 FROM ahead), false) AS held_by_replay,
+       NOT EXISTS (SELECT 1 FROM current WHERE active)
+           AND NOT EXISTS (SELECT 1 FROM ahead) AS seen_free
 """
 
 # Giving up or cancelled while queued: leave the queue so nobody waits behind a ghost for the
-# seconds its place would take to expire.
-_LEAVE = "DELETE FROM cronwarden.lock_waiters WHERE name = $1 AND waiter = $2"
+# seconds its place would take to expire. Never a later attempt's place: an attempt Temporal
+# already retried must not throw its retry out of line.
+_LEAVE = """
+DELETE FROM cronwarden.lock_waiters WHERE name = $1 AND waiter = $2 AND attempt <= $3
+"""
 
 # The lease of one activity attempt, whatever its token: for a cancellation that struck while
 # the acquire statement's result was on its way, when the token never reached us.
@@ -136,6 +168,10 @@ class Acquisition:
     """When not acquired: that run is a `backfill run` replay."""
     queued: bool = False
     """When not acquired: this run holds a place in the lease's queue (it means to wait)."""
+    seen_free: bool = False
+    """When not acquired: the statement saw the lease free and nobody ahead, yet was refused:
+    another run created the lease's row while it ran (a row no read of its snapshot shows, so
+    `held_for` is unknown). A fresh statement sees that run."""
 
 
 async def acquire(
@@ -179,11 +215,12 @@ async def acquire(
         held_for=row["held_for"],
         held_by_replay=row["held_by_replay"],
         queued=row["queued"],
+        seen_free=row["seen_free"],
     )
 
 
-async def leave_queue(conn: Any, *, name: str, waiter: str) -> None:
-    await conn.execute(_LEAVE, name, waiter)
+async def leave_queue(conn: Any, *, name: str, waiter: str, attempt: int) -> None:
+    await conn.execute(_LEAVE, name, waiter, attempt)
 
 
 async def release_holder(conn: Any, *, name: str, holder: str, attempt: int) -> bool:

@@ -25,9 +25,9 @@ with workflow.unsafe.imports_passed_through():
         RUN_GUARDED,
         GuardedRunInput,
         RunOutcome,
-        format_fire_time,
         logical_key,
         parse_fire_time,
+        per_key_lock_name,
     )
 
 WORKFLOW_NAME = "ScheduledRunWorkflow"
@@ -90,10 +90,11 @@ class ScheduledRunWorkflow:
         lock_name = inp.lock_name or f"schedule:{inp.schedule_id}"
         if inp.overlap == "allow_all":
             # allow_all (read-only jobs only) means runs of different fire times overlap: the
-            # lease is per logical key, and keeps out only a second run of the same key (a
-            # replay, a retry racing a live attempt). `@` never occurs in a schedule's lock name
-            # `schedule:{id}`, so a per-key lease never collides with a schedule's lease.
-            lock_name = f"{lock_name}@{format_fire_time(fire_time)}"
+            # lease is per logical key (schedule id and fire time, so two schedules firing at
+            # the same moment never share one), and keeps out only a second run of the same
+            # key (a replay, a retry racing a live attempt). A definition never pairs allow_all
+            # with a shared lock (schedules/model.py), so no shared lock is bypassed here.
+            lock_name = per_key_lock_name(key)
         activity_input = GuardedRunInput(
             schedule_id=inp.schedule_id,
             logical_key=key,

@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN, RunOutcome, logical_key
 from activities.guard import GuardedRun
 from activities.jobs import REGISTRY, JobRegistry
-from store import locks
+from store import heartbeats, locks
 from store.runs import CommitRecord, commit_run
 from tests.integration.conftest import fetch, in_process_worker, wait_for
 from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
@@ -351,6 +351,45 @@ async def test_buffer_one_fails_loudly_when_the_lease_stays_held_past_its_timeou
         await handle.result()
     assert failure_type(failed.value) == "OverlapTimeout"
     assert await effects(pool, logical_key(schedule_id, FIRE)) == 0
+
+
+async def test_a_lease_skip_that_could_not_be_recorded_is_retried_and_then_recorded(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
+            schedule_id,
+        )
+        await locks.acquire(
+            conn, name=f"schedule:{schedule_id}", holder="other", ttl_seconds=120, logical_key="o@x"
+        )
+    record = heartbeats.record_lease_skip
+    calls = 0
+
+    async def fails_once(conn: Any, **fields: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OSError("connection reset by peer")
+        await record(conn, **fields)
+
+    monkeypatch.setattr(heartbeats, "record_lease_skip", fails_once)
+    outcome = await (await start_run(client, task_queue, schedule_id)).result()
+    # Not "skipped" with nothing recorded: the first attempt failed, the retry recorded it.
+    assert (outcome.outcome, outcome.attempt) == (OVERLAP_LOCKED, 2)
+    beat = await fetch(
+        pool,
+        "SELECT lease_skips, last_lease_skip_holder FROM cronwarden.heartbeats"
+        " WHERE schedule_id = $1",
+        schedule_id,
+    )
+    assert (beat[0]["lease_skips"], beat[0]["last_lease_skip_holder"]) == (1, "o@x")
 
 
 async def test_a_replay_with_a_fire_time_without_zone_fails_at_once(

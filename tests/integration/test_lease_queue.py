@@ -4,6 +4,7 @@ lease or queue place left behind by a cancellation, lease skips recorded, allow_
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import time
@@ -17,6 +18,7 @@ import pytest_asyncio
 from temporalio.client import Client, ScheduleHandle
 from temporalio.worker import Worker
 
+from activities import lease
 from activities.lease import LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from schedules.apply import apply_definitions
@@ -64,16 +66,31 @@ def request(name: str, holder: str, **fields: Any) -> LeaseRequest:
 async def take(pool: asyncpg.Pool, req: LeaseRequest) -> locks.Acquisition:
     """One acquire statement, as one poll of a waiting run makes it."""
     async with pool.acquire() as conn:
-        return await locks.acquire(
-            conn,
-            name=req.name,
-            holder=req.holder,
-            ttl_seconds=req.ttl_seconds,
-            logical_key=req.logical_key,
-            attempt=req.attempt,
-            schedule_id=req.schedule_id,
-            replay=req.replay,
-            wait_for_any=req.wait_for_any,
+        return await take_on(conn, req)
+
+
+async def take_on(conn: asyncpg.Connection, req: LeaseRequest) -> locks.Acquisition:
+    return await locks.acquire(
+        conn,
+        name=req.name,
+        holder=req.holder,
+        ttl_seconds=req.ttl_seconds,
+        logical_key=req.logical_key,
+        attempt=req.attempt,
+        schedule_id=req.schedule_id,
+        replay=req.replay,
+        wait_for_any=req.wait_for_any,
+        sweep_released=req.per_key,
+    )
+
+
+async def age_leases(pool: asyncpg.Pool, schedule_id: str) -> None:
+    """Make the schedule's leases old enough for a per-key acquire to sweep released ones."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET expires_at = now() - interval '2 minutes' "
+            "WHERE schedule_id = $1",
+            schedule_id,
         )
 
 
@@ -93,6 +110,35 @@ async def waiters(pool: asyncpg.Pool, name: str) -> list[str]:
         pool, "SELECT waiter FROM cronwarden.lock_waiters WHERE name = $1 ORDER BY 1", name
     )
     return [r["waiter"] for r in rows]
+
+
+async def blocked_on_a_lock(pool: asyncpg.Pool, pid: int) -> bool:
+    """The backend `pid` is waiting for a row or table lock another transaction holds."""
+    rows = await fetch(
+        pool,
+        "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'",
+        pid,
+    )
+    return bool(rows)
+
+
+async def anyone_blocked_on_a_lock(pool: asyncpg.Pool) -> bool:
+    rows = await fetch(
+        pool,
+        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock'",
+    )
+    return bool(rows)
+
+
+async def commit_key(pool: asyncpg.Pool, key: str) -> None:
+    """Another run of `key` committed it."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.outbox (logical_key, schedule_id, fire_time, attempt,"
+            " fencing_token, worker, args_digest) VALUES ($1, 's', now(), 1, 1, 'w', 'd')",
+            key,
+        )
 
 
 # --- the queue's order, statement by statement -------------------------------------------
@@ -159,18 +205,15 @@ async def test_taking_a_per_key_lease_sweeps_the_schedules_released_ones(
 ) -> None:
     # allow_all takes one lease per fire time: released ones must not pile up, one per fire.
     for n in range(3):
-        got = await take(pool, request(f"schedule:sw@{n}", "old", schedule_id="sw"))
-        await release(pool, f"schedule:sw@{n}", got.token)
-    running = await take(pool, request("schedule:sw@running", "run", schedule_id="sw"))
+        got = await take(pool, request(f"key:sw@{n}", "old", schedule_id="sw"))
+        await release(pool, f"key:sw@{n}", got.token)
+    running = await take(pool, request("key:sw@running", "run", schedule_id="sw"))
     assert running.token is not None
+    await age_leases(pool, "sw")
     async with pool.acquire() as conn:
-        await conn.execute(
-            "UPDATE cronwarden.locks SET expires_at = now() - interval '2 minutes' "
-            "WHERE schedule_id = 'sw'"
-        )
         new = await locks.acquire(
             conn,
-            name="schedule:sw@9",
+            name="key:sw@9",
             holder="new",
             ttl_seconds=60,
             logical_key="sw@9",
@@ -182,7 +225,161 @@ async def test_taking_a_per_key_lease_sweeps_the_schedules_released_ones(
         pool, "SELECT name FROM cronwarden.locks WHERE schedule_id = 'sw' ORDER BY 1"
     )
     # The held one stays, however old: it is a run (a retry may still take it over).
-    assert [r["name"] for r in rows] == ["schedule:sw@9", "schedule:sw@running"]
+    assert [r["name"] for r in rows] == ["key:sw@9", "key:sw@running"]
+
+
+async def test_a_live_fire_refused_by_a_replay_that_took_the_lease_meanwhile_waits_for_it(
+    pool: asyncpg.Pool,
+) -> None:
+    lock = "schedule:q5"
+    first = await take(pool, request(lock, "replay-1", replay=True, wait_for_any=True))
+    second = request(lock, "replay-2", replay=True, wait_for_any=True)
+    assert (await take(pool, second)).queued
+    await release(pool, lock, first.token)
+    live = request(lock, "live")
+    async with pool.acquire() as replay_conn, pool.acquire() as live_conn:
+        # The queued replay's poll takes the freed lease; until its statement commits it holds
+        # the lock row. The live fire's first poll starts meanwhile: its snapshot shows the
+        # lease free and nobody ahead, so it waits on the row, then is refused by the replay.
+        tx = replay_conn.transaction()
+        await tx.start()
+        got = await take_on(replay_conn, second)
+        assert got.token is not None
+        pid = live_conn.get_server_pid()
+        polling = asyncio.create_task(take_on(live_conn, live))
+        await wait_for(
+            lambda: blocked_on_a_lock(pool, pid), timeout=10, what="the live poll to wait"
+        )
+        await tx.commit()
+        refused = await asyncio.wait_for(polling, timeout=10)
+    # Refused by a replay, it waits for it (a replay never costs a live fire), and says so.
+    assert (refused.token, refused.queued, refused.held_by_replay) == (None, True, True)
+    assert refused.held_for == second.logical_key
+    assert await waiters(pool, lock) == ["live"]
+
+
+async def test_a_live_fire_refused_by_a_replay_creating_the_lease_row_waits_for_it(
+    pool: asyncpg.Pool,
+) -> None:
+    # As above, on a lease whose row the replay creates: no read of the live poll's snapshot
+    # shows that row, so the live fire asks again and queues behind the replay.
+    lock = "schedule:q9"
+    async with pool.acquire() as replay_conn:
+        tx = replay_conn.transaction()
+        await tx.start()
+        first = await take_on(replay_conn, request(lock, "replay", replay=True))
+        assert first.token is not None
+        live = asyncio.create_task(
+            acquire_lease(pool, request(lock, "live", wait_seconds=60), log=LOG)
+        )
+        await wait_for(
+            lambda: anyone_blocked_on_a_lock(pool), timeout=10, what="the live poll to wait"
+        )
+        await tx.commit()
+    await wait_for(lambda: waiters(pool, lock), timeout=10, what="the live fire to queue")
+    await release(pool, lock, first.token)
+    got = await asyncio.wait_for(live, timeout=10)
+    assert got.token is not None
+
+
+async def test_a_queued_run_that_finds_its_key_done_leaves_the_queue(pool: asyncpg.Pool) -> None:
+    lock = "shared-q6"
+    holding = await take(pool, request(lock, "replay-0", replay=True))
+    buffered = request(lock, "buffered", wait_for_any=True)
+    assert (await take(pool, buffered)).queued
+    await commit_key(pool, buffered.logical_key)
+    assert (await take(pool, buffered)).already_done
+    assert await waiters(pool, lock) == []
+    # No ghost ahead: a live skip fire of a schedule sharing the lock takes the freed lease.
+    await release(pool, lock, holding.token)
+    assert (await take(pool, request(lock, "live"))).token is not None
+
+
+async def test_an_attempt_temporal_retried_keeps_no_place_in_the_queue(
+    pool: asyncpg.Pool,
+) -> None:
+    lock = "shared-q7"
+    holding = await take(pool, request(lock, "other"))
+    first = request(lock, "wf/run/1", attempt=1, wait_for_any=True)
+    assert (await take(pool, first)).queued
+    await release(pool, lock, holding.token)
+    # Temporal declared attempt 1 dead and retried it: the retry takes the lease.
+    retry = await take(pool, dataclasses.replace(first, attempt=2))
+    assert retry.token is not None
+    assert await waiters(pool, lock) == []
+    # Attempt 1 is in fact alive (a partitioned worker) and keeps polling: no place for it.
+    late = await take(pool, first)
+    assert (late.token, late.queued) == (None, False)
+    assert await waiters(pool, lock) == []
+    await release(pool, lock, retry.token)
+    assert (await take(pool, request(lock, "live"))).token is not None
+
+
+async def test_an_earlier_attempt_neither_refreshes_nor_removes_its_retrys_place(
+    pool: asyncpg.Pool,
+) -> None:
+    lock = "shared-q8"
+    await take(pool, request(lock, "other"))
+    first = request(lock, "wf/run/1", attempt=1, wait_for_any=True)
+    assert (await take(pool, first)).queued
+    assert (await take(pool, dataclasses.replace(first, attempt=2))).queued
+    assert not (await take(pool, first)).queued
+    async with pool.acquire() as conn:
+        # Attempt 1 giving up leaves its own place only, not the retry's.
+        await locks.leave_queue(conn, name=lock, waiter="wf/run/1", attempt=1)
+    rows = await fetch(pool, "SELECT attempt FROM cronwarden.lock_waiters WHERE name = $1", lock)
+    assert [r["attempt"] for r in rows] == [2]
+
+
+async def test_the_per_key_sweep_leaves_schedule_and_shared_leases_alone(
+    pool: asyncpg.Pool,
+) -> None:
+    # The last run holding `schedule:ks` and the shared lock was schedule ks's, but they are
+    # not per-key leases: they stay, whichever schedule last held them.
+    for name in ("schedule:ks", "shared-ks", "key:ks@2026-11-30T04:00:00Z"):
+        got = await take(pool, request(name, "old", schedule_id="ks"))
+        await release(pool, name, got.token)
+    await age_leases(pool, "ks")
+    new = await take(
+        pool, request("key:ks@2026-11-30T05:00:00Z", "new", schedule_id="ks", per_key=True)
+    )
+    assert new.token is not None
+    rows = await fetch(
+        pool, "SELECT name FROM cronwarden.locks WHERE schedule_id = 'ks' ORDER BY 1"
+    )
+    assert [r["name"] for r in rows] == ["key:ks@2026-11-30T05:00:00Z", "schedule:ks", "shared-ks"]
+
+
+async def test_two_per_key_acquires_sweeping_each_others_old_leases_never_deadlock(
+    pool: asyncpg.Pool,
+) -> None:
+    one, two = "key:dl@2026-11-30T04:00:00Z", "key:dl@2026-11-30T05:00:00Z"
+    for name in (one, two):
+        got = await take(pool, request(name, "old", schedule_id="dl"))
+        await release(pool, name, got.token)
+    await age_leases(pool, "dl")
+    async with pool.acquire() as first, pool.acquire() as second:
+        # First takes `two` back (a late run of that key) and is on its way to sweep `one`;
+        # second takes `one` back and sweeps meanwhile. Without SKIP LOCKED each waits for the
+        # row the other holds.
+        tx = first.transaction()
+        await tx.start()
+        again = await take_on(first, request(two, "again", schedule_id="dl"))
+        assert again.token is not None
+        pid = second.get_server_pid()
+        sweeping = asyncio.create_task(
+            take_on(second, request(one, "again", schedule_id="dl", per_key=True))
+        )
+
+        async def done_or_blocked() -> bool:
+            return sweeping.done() or await blocked_on_a_lock(pool, pid)
+
+        await wait_for(done_or_blocked, timeout=10, what="the second sweep to end or wait")
+        # The rest of first's statement: its sweep reaching `one`.
+        await first.execute("SELECT 1 FROM cronwarden.locks WHERE name = $1 FOR UPDATE", one)
+        await tx.commit()
+        got = await asyncio.wait_for(sweeping, timeout=10)
+    assert got.token is not None
 
 
 # --- cancellations ---------------------------------------------------------------------
@@ -216,6 +413,43 @@ async def test_a_cancellation_after_the_acquire_statement_landed_releases_the_le
         await acquiring
     row = await lock_row(pool, lock)
     assert row is not None and row["holder"] is None
+
+
+async def test_a_cancellation_as_the_wait_winds_down_never_loses_a_lease_just_taken(
+    pool: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = "schedule:c4"
+    holding = await take(pool, request(lock, "other", replay=True))
+    stopping = asyncio.Event()
+    stopped = asyncio.Event()
+
+    async def slow_to_stop(heartbeat: Any) -> None:
+        # The wait's Temporal heartbeats take a moment to stop: the moment the cancel strikes.
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopping.set()
+            await stopped.wait()
+            raise
+
+    monkeypatch.setattr(lease, "_beat", slow_to_stop)
+    waiting = asyncio.create_task(
+        acquire_lease(pool, request(lock, "live", wait_seconds=60), log=LOG, heartbeat=lambda: None)
+    )
+    await wait_for(lambda: waiters(pool, lock), timeout=10, what="the live fire to queue")
+    await release(pool, lock, holding.token)
+    await asyncio.wait_for(stopping.wait(), timeout=10)
+    waiting.cancel()
+    stopped.set()
+    try:
+        got: locks.Acquisition | None = await waiting
+    except asyncio.CancelledError:
+        got = None
+    row = await lock_row(pool, lock)
+    assert row is not None
+    # The lease is in the caller's hands (its token came back) or released, never held by
+    # nobody until its TTL.
+    assert row["holder"] is None or (got is not None and got.token == row["token"])
 
 
 async def test_a_cancellation_while_queued_leaves_the_queue(pool: asyncpg.Pool) -> None:
@@ -478,3 +712,8 @@ async def test_allow_all_runs_a_job_slower_than_its_period_concurrently(
         pool, "SELECT lease_skips FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
     )
     assert rows[0]["lease_skips"] == 0
+    # Each run's lease is named for its logical key, so it names the schedule too.
+    names = await fetch(
+        pool, "SELECT name, logical_key FROM cronwarden.locks WHERE schedule_id = $1", schedule_id
+    )
+    assert names and all(r["name"] == f"key:{r['logical_key']}" for r in names)

@@ -273,6 +273,28 @@ def test_it_refuses_allow_all_on_a_job_that_is_not_read_only(
     ]
 
 
+def test_it_refuses_allow_all_with_a_shared_lock(
+    write_file: WriteFile, registry: JobRegistry
+) -> None:
+    path = write_file(one_entry("job: report\nevery: 5m\noverlap: allow_all\nlock: ledger"))
+    assert problems_in(path, registry) == [
+        "schedule 's1' (entry 1): overlap allow_all cannot share the lock 'ledger': its runs "
+        "take one lease per fire time and would run while another schedule holds that lock; "
+        "remove `lock`, or use skip or buffer_one"
+    ]
+
+
+def test_it_refuses_a_lock_name_that_could_be_a_per_key_lease(
+    write_file: WriteFile, registry: JobRegistry
+) -> None:
+    path = write_file(one_entry("job: report\nevery: 5m\nlock: 'key:s2@2026-11-30T04:00:00Z'"))
+    assert problems_in(path, registry) == [
+        "schedule 's1' (entry 1), field 'lock': the lock name 'key:s2@2026-11-30T04:00:00Z' "
+        "starts with 'key:', which is reserved for allow_all's per-fire-time leases; choose "
+        "another name"
+    ]
+
+
 def test_it_refuses_an_unknown_overlap_policy(write_file: WriteFile, registry: JobRegistry) -> None:
     path = write_file(one_entry("job: report\nevery: 5m\noverlap: queue"))
     (problem,) = problems_in(path, registry)
