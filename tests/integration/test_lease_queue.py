@@ -556,11 +556,16 @@ async def test_a_backfill_while_the_schedule_fires_costs_no_live_fire(
     created_at = (await handle.describe()).info.created_at
     outage_end = created_at + timedelta(seconds=30)
     await wait_for(lambda: clock_past(outage_end), timeout=40, what="the outage")
+    # Under load the unpause lands seconds after outage_end: every fire up to the moment it was
+    # sent fell in the pause and belongs to the backfill. A fire inside the unpause call itself
+    # may go either way; it is the test's own doing, so the final check leaves it out.
+    unpause_sent = datetime.now(UTC)
     await handle.unpause()
+    unpause_done = datetime.now(UTC)
 
     managed = await load_managed(client, schedule_id)
     missed = await plan(
-        client, pool, managed, Window(created_at, outage_end.replace(microsecond=0))
+        client, pool, managed, Window(created_at, unpause_sent.replace(microsecond=0))
     )
     assert len(missed.missing) >= 9
     started = datetime.now(UTC)
@@ -582,7 +587,8 @@ async def test_a_backfill_while_the_schedule_fires_costs_no_live_fire(
 
     managed = await load_managed(client, schedule_id)
     after = await plan(client, pool, managed, Window(created_at, max(done)))
-    assert after.missing_keys() == []
+    lost = [t for t in after.missing_times() if not unpause_sent < t <= unpause_done]
+    assert lost == []
     counts = await effects_per_key(pool, schedule_id)
     assert len(counts) == len(done)
     assert set(counts.values()) == {1}
