@@ -15,6 +15,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from cronwarden.times import utc_text
 from schedules.cron import CronFields, CronLint, cron_fields, validate_cron
+from schedules.durations import format_duration
 from schedules.spec_parts import SkipCalendar
 
 # Temporal's calendar never matches after this year (maxCalendarYear).
@@ -44,7 +45,7 @@ def never_fires(
         first = _EPOCH + every * steps
         if first > high:
             return (
-                f"every {every} from the epoch next fires at {utc_text(first)}, "
+                f"every {format_duration(every)} from the epoch next fires at {utc_text(first)}, "
                 f"after its end_at ({utc_text(high)})"
             )
         return None

@@ -214,7 +214,7 @@ class ScheduleDefinition(BaseModel):
             now=now,
         )
         if reason is not None:
-            raise ValueError(f"this schedule never fires: {reason}; nothing was applied")
+            raise ValueError(f"this schedule never fires: {reason}")
         return self
 
     @property
@@ -425,10 +425,17 @@ def _pydantic_problem(err: ErrorDetails) -> str:
     if not loc:
         return f": {_message(err)}"
     field = str(loc[0])
-    if err["type"] == "extra_forbidden":
-        known = list(ScheduleDefinition.model_fields)
-        return f": unknown field '{field}'{_suggest(field, known)}"
     where = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+    if err["type"] == "extra_forbidden":
+        if len(loc) == 1:
+            known = list(ScheduleDefinition.model_fields)
+            return f": unknown field '{field}'{_suggest(field, known)}"
+        # Inside an exclusion: name the key and the exclusion it sits in.
+        name = str(loc[-1])
+        return (
+            f", field '{where}': unknown field '{name}'"
+            f"{_suggest(name, list(SkipCalendar.model_fields))}"
+        )
     return f", field '{where}': {_message(err)}"
 
 

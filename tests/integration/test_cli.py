@@ -88,6 +88,20 @@ BAD_ENTRIES = {
     ),
     "bad duration": ("timeout", "    job: probe\n    every: 1m\n    timeout: 15 minutes\n"),
     "unknown field": ("unknown field 'retries'", "    job: probe\n    every: 1m\n    retries: 3\n"),
+    "a date that does not exist": (
+        "never fires: '0 0 30 2 *' asks for day 30 of February, a date that does not exist",
+        '    job: probe\n    cron: "0 0 30 2 *"\n',
+    ),
+    "a year range in the past": (
+        "never fires: '0 0 1 1 * 2001-2020' names only years before",
+        '    job: probe\n    cron: "0 0 1 1 * 2001-2020"\n',
+    ),
+    "end_at before start_at": (
+        "never fires: its end_at (2030-01-01T00:00:00Z) is not after its start_at "
+        "(2031-01-01T00:00:00Z)",
+        "    job: probe\n    every: 1m\n    start_at: 2031-01-01T00:00:00Z\n"
+        "    end_at: '2030-01-01T00:00:00Z'\n",
+    ),
 }
 
 
