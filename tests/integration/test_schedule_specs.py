@@ -1,0 +1,127 @@
+"""The spec fields on a real Temporal: a list of crons, start_at/end_at, skip calendars and
+jitter, as Temporal evaluates them; and what a jittered run carries."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.contract import logical_key
+from schedules.apply import apply_definitions
+from schedules.backfill import matching_times
+from schedules.model import ScheduleDefinition
+from schedules.window import Window
+from tests.integration.conftest import fetch, wait_for
+from workflows.scheduled_run import SCHEDULED_START_TIME
+
+pytestmark = pytest.mark.integration
+
+
+def definition(schedule_id: str, **fields: Any) -> ScheduleDefinition:
+    base: dict[str, Any] = {
+        "id": schedule_id,
+        "job": "probe",
+        "catchup_window": "1m",
+        "heartbeat_grace": "1m",
+        "lock_ttl": "10s",
+        "timeout": "30s",
+    }
+    return ScheduleDefinition.model_validate({**base, **fields})
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+async def test_temporal_fires_the_crons_inside_the_period_and_skips_the_exclusions(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    defn = definition(
+        schedule_id,
+        cron=["0 9 * * mon-fri", "30 12 * * sat"],
+        start_at="2030-12-20T00:00:00Z",
+        end_at="2031-01-03T00:00:00Z",
+        exclude=[
+            "2030-12-25",
+            {"month": "jan", "day_of_month": 1},
+            {"day_of_week": "mon", "hour": 9},
+        ],
+    )
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    try:
+        pages = matching_times(
+            client, schedule_id, Window(at("2030-12-01T00:00:00"), at("2031-02-01T00:00:00"))
+        )
+        times = [datetime.fromtimestamp(s, UTC) async for page in pages for s in page]
+    finally:
+        await client.get_schedule_handle(schedule_id).delete()
+    assert times == [
+        at("2030-12-20T09:00:00"),  # Friday, the first day of the period
+        at("2030-12-21T12:30:00"),  # Saturday: the second expression
+        # Monday 23rd: 09:00 on Mondays is excluded
+        at("2030-12-24T09:00:00"),
+        # Wednesday 25th: the excluded date
+        at("2030-12-26T09:00:00"),
+        at("2030-12-27T09:00:00"),
+        at("2030-12-28T12:30:00"),
+        # Monday 30th: excluded; 1 January: excluded (every year)
+        at("2030-12-31T09:00:00"),
+        at("2031-01-02T09:00:00"),
+        # Friday 3 January 09:00 is after end_at
+    ]
+
+
+async def test_under_jitter_the_id_and_the_key_carry_the_nominal_time_and_the_run_starts_later(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    await apply_definitions(
+        client, pool, [definition(schedule_id, every="10s", jitter="8s")], task_queue=task_queue
+    )
+    handle = client.get_schedule_handle(schedule_id)
+    seen: dict[str, dict[str, Any]] = {}
+
+    async def a_jittered_run() -> bool:
+        rows = await fetch(
+            pool, "SELECT * FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id
+        )
+        for row in rows:
+            if row["workflow_id"] in seen:
+                continue
+            desc = await client.get_workflow_handle(row["workflow_id"]).describe()
+            seen[row["workflow_id"]] = {
+                "fire_time": row["fire_time"],
+                "logical_key": row["logical_key"],
+                "scheduled_start": desc.typed_search_attributes.get(SCHEDULED_START_TIME),
+                "started": desc.start_time,
+            }
+        # Jitter is a hash of the nominal time: wait for a run it delayed by a second or more.
+        return any(r["started"] - r["fire_time"] >= timedelta(seconds=1) for r in seen.values())
+
+    try:
+        await wait_for(a_jittered_run, timeout=90, what="a run started a second after its slot")
+        recent = (await handle.describe()).info.recent_actions
+    finally:
+        await handle.delete()
+
+    for workflow_id, run in seen.items():
+        nominal: datetime = run["fire_time"]
+        # The slot is on the 10 s grid, before jitter; the workflow id, the search attribute and
+        # the logical key all carry it, and the run started at or after it.
+        assert nominal.timestamp() % 10 == 0
+        assert workflow_id == f"{schedule_id}-{nominal:%Y-%m-%dT%H:%M:%SZ}"
+        assert run["scheduled_start"] == nominal
+        assert run["logical_key"] == logical_key(schedule_id, nominal)
+        assert run["started"] >= nominal
+    # Temporal's own record of the action carries the jittered time, not the slot: it is not a
+    # key, and nothing of ours reads it.
+    jittered = {
+        a.action.workflow_id: a.scheduled_at  # type: ignore[attr-defined]
+        for a in recent
+        if a.action.workflow_id in seen  # type: ignore[attr-defined]
+    }
+    assert any(jittered[w] != seen[w]["fire_time"] for w in jittered)
