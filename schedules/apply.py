@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -48,6 +48,7 @@ from schedules.mapping import (
     to_temporal,
 )
 from schedules.model import ScheduleDefinition
+from schedules.preview import next_fire_times
 from store import heartbeats
 
 log = get_logger("cronwarden.schedules")
@@ -81,6 +82,8 @@ class Change:
     action: str
     changed_fields: list[str] = field(default_factory=list)
     next_fire: datetime | None = None
+    next_fires: list[datetime] = field(default_factory=list)
+    """With --dry-run, for a created or updated schedule: Temporal's next nominal fire times."""
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -218,6 +221,7 @@ async def apply_definitions(
             raise DuplicateSchedules("nothing applied: " + "; ".join(problems))
     pruned = [Change(v.schedule_id, DELETED) for v in others] if prune else []
     if dry_run:
+        await _preview(client, planned, task_queue=task_queue)
         return [change for _, change, _ in planned] + pruned
     # An unchanged schedule needs no write and no second look: what we described is current.
     unchanged = [
@@ -283,6 +287,25 @@ async def apply_definitions(
         await _prune(client, pool, change.schedule_id)
         changes.append(change)
     return changes
+
+
+async def _preview(
+    client: Client,
+    planned: list[tuple[ScheduleDefinition, Change, ScheduleDescription | None]],
+    *,
+    task_queue: str,
+) -> None:
+    """Fill in what the new spec means, in Temporal's own words, before anything changes."""
+    now = datetime.now(UTC)
+    changing = [(d, c) for d, c, _ in planned if c.action in (CREATED, UPDATED)]
+    previews = await map_bounded(
+        lambda pair: next_fire_times(client, pair[0], task_queue=task_queue, now=now),
+        changing,
+        limit=DESCRIBE_CONCURRENCY,
+    )
+    for (_, change), times in zip(changing, previews, strict=True):
+        change.next_fires = times
+        change.next_fire = times[0] if times else None
 
 
 def _log_change(change: Change) -> None:
