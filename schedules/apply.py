@@ -62,7 +62,7 @@ __all__ = ["NotManaged", "apply_definitions", "describe_or_none", "is_managed"]
 
 
 # The fields the duplicate guard compares (schedules/duplicates.py).
-_DUPLICATE_FIELDS = {"job", "cron", "every", "args"}
+_DUPLICATE_FIELDS = {"job", "cron", "every", "args", "start_at", "end_at"}
 # Each attempt re-reads the schedule; a schedule still changing after this many is reported.
 UPDATE_ATTEMPTS = 5
 

@@ -192,6 +192,10 @@ async def test_a_dry_run_shows_temporals_next_three_fires_of_each_new_or_changed
         assert await describe_or_none(client, sid) is None
 
         assert (await cli(cli_env, "schedules", "apply", str(path))).code == 0
+        described = await cli(cli_env, "schedules", "describe", sid)
+        assert (
+            "cron 0 9 * * *; cron 0 0 0 1 1 * *; from 2030-01-01T00:00:00Z; except 2030-01-02"
+        ) in described.stdout, described
         path.write_text(body.replace("'2030-01-02'", "'2030-01-01'"))
         changed = await cli(cli_env, "schedules", "apply", "--dry-run", "--json", str(path))
         assert changed.code == 0, changed

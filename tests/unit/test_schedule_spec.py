@@ -12,7 +12,8 @@ from temporalio.client import ScheduleRange
 
 from activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
 from cronwarden.errors import ScheduleFileError
-from schedules.mapping import definition_digest, to_spec
+from schedules.inventory import spec_text
+from schedules.mapping import definition_digest, definition_json, to_spec
 from schedules.model import ScheduleDefinition, parse_schedule_text
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -165,3 +166,22 @@ def test_unset_spec_fields_leave_the_digest_of_older_definitions_alone() -> None
     }
     assert definition_digest(plain, task_queue="q") not in changed
     assert len(changed) == 4
+
+
+def test_list_status_and_describe_show_every_part_of_the_spec() -> None:
+    defn = define(
+        cron=["0 9 * * mon-fri", "30 17 * * fri"],
+        start_at="2027-01-01T00:00:00Z",
+        end_at="2027-06-30T00:00:00Z",
+        exclude=["2027-05-01", {"month": "dec", "day_of_month": "24-26"}],
+        jitter="30s",
+    )
+    assert spec_text(definition_json(defn, task_queue="q"), to_spec(defn)) == (
+        "cron 0 9 * * mon-fri; cron 30 17 * * fri; from 2027-01-01T00:00:00Z; "
+        "until 2027-06-30T00:00:00Z; except 2027-05-01, day_of_month=24-26 month=dec; jitter 30s"
+    )
+    # A schedule cronwarden did not create: Temporal's own spec, with the same parts.
+    assert spec_text(None, to_spec(defn)) == (
+        "cron 0 9 * * mon-fri; cron 30 17 * * fri; from 2027-01-01T00:00:00Z; "
+        "until 2027-06-30T00:00:00Z; 2 skip calendar(s); jitter 30s"
+    )
