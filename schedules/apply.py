@@ -49,6 +49,7 @@ from schedules.mapping import (
 )
 from schedules.model import ScheduleDefinition
 from schedules.preview import next_fire_times
+from store import definitions as definition_history
 from store import heartbeats
 
 log = get_logger("cronwarden.schedules")
@@ -266,10 +267,20 @@ async def apply_definitions(
                 change = Change(defn.id, UPDATED, ["(created concurrently)"])
         if change.action == UPDATED:
             await _update(client, defn, schedule, task_queue=task_queue)
-        next_times = (await handle.describe()).info.next_action_times
+        written = await handle.describe()
+        next_times = written.info.next_action_times
         change.next_fire = next_times[0] if next_times else None
         if pool is not None:
             async with pool.acquire() as conn, conn.transaction():
+                # Temporal's own time for the write: backfill and audit judge fires up to
+                # this second by the previous definition, later ones by this one.
+                await definition_history.record(
+                    conn,
+                    schedule_id=defn.id,
+                    applied_at=written.info.last_updated_at or written.info.created_at,
+                    definition_digest=definition_digest(defn, task_queue=task_queue),
+                    definition=definition_json(defn, task_queue=task_queue),
+                )
                 await heartbeats.expect(
                     conn,
                     schedule_id=defn.id,

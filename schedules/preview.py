@@ -9,6 +9,8 @@ backfill and the monitor never take it for one of ours, even if the delete is lo
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -28,6 +30,28 @@ _HORIZON = datetime(2101, 1, 1, tzinfo=UTC)
 log = get_logger("cronwarden.schedules")
 
 
+@asynccontextmanager
+async def scratch_schedule(
+    client: Client, defn: ScheduleDefinition, *, task_queue: str
+) -> AsyncIterator[str]:
+    """A paused copy of `defn` under an id of its own, deleted on leaving; yields its id."""
+    scratch_id = f"{PREVIEW_PREFIX}{uuid.uuid4().hex}"
+    schedule = to_temporal(defn, task_queue=task_queue)
+    assert isinstance(schedule.action, ScheduleActionStartWorkflow)
+    # Paused and under an id of its own: even a copy that outlived its delete could not start
+    # a run, let alone one whose workflow id collides with the real schedule's.
+    schedule = replace(
+        schedule,
+        action=replace(schedule.action, id=scratch_id),
+        state=ScheduleState(paused=True, note="cronwarden scratch copy: evaluates a spec"),
+    )
+    handle = await client.create_schedule(scratch_id, schedule)
+    try:
+        yield scratch_id
+    finally:
+        await handle.delete()
+
+
 async def next_fire_times(
     client: Client,
     defn: ScheduleDefinition,
@@ -37,18 +61,7 @@ async def next_fire_times(
     count: int = PREVIEW_COUNT,
 ) -> list[datetime]:
     """The first `count` nominal fire times after `now` (before jitter: the logical keys)."""
-    scratch_id = f"{PREVIEW_PREFIX}{uuid.uuid4().hex}"
-    schedule = to_temporal(defn, task_queue=task_queue)
-    assert isinstance(schedule.action, ScheduleActionStartWorkflow)
-    # Paused and under an id of its own: even a preview that outlived its delete could not start
-    # a run, let alone one whose workflow id collides with the real schedule's.
-    schedule = replace(
-        schedule,
-        action=replace(schedule.action, id=scratch_id),
-        state=ScheduleState(paused=True, note="cronwarden apply --dry-run preview"),
-    )
-    handle = await client.create_schedule(scratch_id, schedule)
-    try:
+    async with scratch_schedule(client, defn, task_queue=task_queue) as scratch_id:
         response = await client.workflow_service.list_schedule_matching_times(
             ListScheduleMatchingTimesRequest(
                 namespace=client.namespace,
@@ -57,8 +70,6 @@ async def next_fire_times(
                 end_time=_timestamp(_HORIZON),
             )
         )
-    finally:
-        await handle.delete()
     times = [t.ToDatetime(tzinfo=UTC) for t in response.start_time[:count]]
     log.info("schedule.preview", schedule_id=defn.id, next_fires=[t.isoformat() for t in times])
     return times

@@ -15,7 +15,9 @@ from temporalio.worker import Worker
 from activities.contract import logical_key
 from monitor.scan import heartbeat_problem
 from schedules.apply import apply_definitions
-from schedules.backfill import matching_times
+from schedules.audit import audit
+from schedules.backfill import load_managed, matching_times, plan_window
+from schedules.mapping import definition_digest
 from schedules.model import ScheduleDefinition
 from schedules.window import Window
 from tests.integration.conftest import fetch, wait_for
@@ -190,3 +192,68 @@ async def test_an_excluded_time_is_not_expected_so_it_is_never_late(
     # deadline at +2 s would page while nothing is due.
     assert row["next_expected_at"] == last + timedelta(seconds=10)
     assert heartbeat_problem(row, last + timedelta(seconds=6)) is None
+
+
+async def test_backfill_plan_and_audit_judge_each_part_of_a_window_by_the_spec_in_force_then(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    every_three_hours = definition(schedule_id, cron="0 */3 * * *")
+    every_four_at_half = definition(schedule_id, cron="30 */4 * * *")
+    await apply_definitions(client, pool, [every_three_hours], task_queue=task_queue)
+    await apply_definitions(client, pool, [every_four_at_half], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        history = await fetch(
+            pool,
+            "SELECT * FROM cronwarden.definition_history WHERE schedule_id = $1 "
+            "ORDER BY applied_at",
+            schedule_id,
+        )
+        digests = [
+            definition_digest(d, task_queue=task_queue)
+            for d in (every_three_hours, every_four_at_half)
+        ]
+        assert [r["definition_digest"] for r in history] == digests
+        # Recorded at Temporal's own time for each write.
+        assert history[-1]["applied_at"] == (await handle.describe()).info.last_updated_at
+
+        # Move both applies to a fixed day (the live schedule keeps the second spec): the first
+        # took effect the evening before, the second at 12:00:00.5, so the first still decided
+        # the 12:00 fire.
+        async with pool.acquire() as conn:
+            for row, applied_at in zip(
+                history, [at("2029-12-31T23:00:00"), at("2030-01-01T12:00:00.500000")], strict=True
+            ):
+                await conn.execute(
+                    "UPDATE cronwarden.definition_history SET applied_at = $3 "
+                    "WHERE schedule_id = $1 AND applied_at = $2",
+                    schedule_id,
+                    row["applied_at"],
+                    applied_at,
+                )
+            # One fire of the first spec ran.
+            await conn.execute(
+                "INSERT INTO cronwarden.outbox (logical_key, schedule_id, fire_time, attempt, "
+                "fencing_token, worker, args_digest) VALUES ($1, $2, $3, 1, 1, 'test', 'x')",
+                logical_key(schedule_id, at("2030-01-01T06:00:00")),
+                schedule_id,
+                at("2030-01-01T06:00:00"),
+            )
+        window = Window(at("2030-01-01T00:00:00"), at("2030-01-01T23:59:59"))
+        planned = await plan_window(client, pool, schedule_id, window)
+        report = await audit(client, pool, await load_managed(client, schedule_id), window)
+    finally:
+        await handle.delete()
+    assert list(planned.missing_times()) == [
+        at("2030-01-01T00:00:00"),
+        at("2030-01-01T03:00:00"),
+        # 06:00 ran
+        at("2030-01-01T09:00:00"),
+        at("2030-01-01T12:00:00"),
+        # the second spec from 12:00:01 on
+        at("2030-01-01T12:30:00"),
+        at("2030-01-01T16:30:00"),
+        at("2030-01-01T20:30:00"),
+    ]
+    assert (planned.expected, planned.done) == (8, 1)
+    assert (report.expected, report.committed, report.committed_off_spec) == (8, 1, 0)
