@@ -85,6 +85,8 @@ class Change:
     next_fire: datetime | None = None
     next_fires: list[datetime] = field(default_factory=list)
     """With --dry-run, for a created or updated schedule: Temporal's next nominal fire times."""
+    replaced: tuple[datetime, str, dict[str, Any]] | None = field(default=None, repr=False)
+    """For an update: when the schedule was created, and the digest and definition it held."""
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -110,7 +112,11 @@ async def plan_one(
     fields = _changed_fields(
         old if isinstance(old, dict) else {}, definition_json(defn, task_queue=task_queue)
     )
-    return Change(defn.id, UPDATED, fields), desc
+    replaced = None
+    digest = memo.get(DIGEST_MEMO)
+    if isinstance(old, dict) and isinstance(digest, str):
+        replaced = (desc.info.created_at, digest, old)
+    return Change(defn.id, UPDATED, fields, replaced=replaced), desc
 
 
 def _updater(
@@ -272,6 +278,19 @@ async def apply_definitions(
         change.next_fire = next_times[0] if next_times else None
         if pool is not None:
             async with pool.acquire() as conn, conn.transaction():
+                if change.replaced is not None:
+                    # A schedule applied before definitions were recorded: its previous
+                    # definition is in the memo, and it held since creation as far as anyone
+                    # can tell. Without it, the part of a window before this update would be
+                    # judged by the new spec.
+                    created_at, old_digest, old_definition = change.replaced
+                    await definition_history.record_first(
+                        conn,
+                        schedule_id=defn.id,
+                        applied_at=created_at,
+                        definition_digest=old_digest,
+                        definition=old_definition,
+                    )
                 # Temporal's own time for the write: backfill and audit judge fires up to
                 # this second by the previous definition, later ones by this one.
                 await definition_history.record(

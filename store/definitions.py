@@ -13,6 +13,16 @@ VALUES ($1, $2, $3, $4)
 ON CONFLICT (schedule_id, applied_at) DO NOTHING
 """
 
+# Only while the schedule has no history at all: seeds it with what held before the first
+# recorded apply.
+_RECORD_FIRST = """
+INSERT INTO cronwarden.definition_history
+       (schedule_id, applied_at, definition_digest, definition)
+SELECT $1, $2, $3, $4
+ WHERE NOT EXISTS (SELECT 1 FROM cronwarden.definition_history WHERE schedule_id = $1)
+ON CONFLICT (schedule_id, applied_at) DO NOTHING
+"""
+
 _HISTORY = """
 SELECT applied_at, definition_digest, definition
   FROM cronwarden.definition_history
@@ -31,6 +41,17 @@ async def record(
 ) -> None:
     # The pool's jsonb codec encodes the mapping (store/pool.py).
     await conn.execute(_RECORD, schedule_id, applied_at, definition_digest, definition)
+
+
+async def record_first(
+    conn: Any,
+    *,
+    schedule_id: str,
+    applied_at: datetime,
+    definition_digest: str,
+    definition: dict[str, Any],
+) -> None:
+    await conn.execute(_RECORD_FIRST, schedule_id, applied_at, definition_digest, definition)
 
 
 async def history(conn: Any, schedule_id: str) -> list[tuple[datetime, str, dict[str, Any]]]:

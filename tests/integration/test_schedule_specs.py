@@ -257,3 +257,32 @@ async def test_backfill_plan_and_audit_judge_each_part_of_a_window_by_the_spec_i
     ]
     assert (planned.expected, planned.done) == (8, 1)
     assert (report.expected, report.committed, report.committed_off_spec) == (8, 1, 0)
+
+
+async def test_the_first_recorded_update_of_an_older_schedule_keeps_what_it_replaced(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    first = definition(schedule_id, cron="0 */3 * * *")
+    await apply_definitions(client, pool, [first], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        # As if applied before definitions were recorded.
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "DELETE FROM cronwarden.definition_history WHERE schedule_id = $1", schedule_id
+            )
+        second = definition(schedule_id, cron="30 */4 * * *")
+        await apply_definitions(client, pool, [second], task_queue=task_queue)
+        info = (await handle.describe()).info
+    finally:
+        await handle.delete()
+    history = await fetch(
+        pool,
+        "SELECT * FROM cronwarden.definition_history WHERE schedule_id = $1 ORDER BY applied_at",
+        schedule_id,
+    )
+    assert [(r["applied_at"], r["definition_digest"]) for r in history] == [
+        (info.created_at, definition_digest(first, task_queue=task_queue)),
+        (info.last_updated_at, definition_digest(second, task_queue=task_queue)),
+    ]
+    assert history[0]["definition"]["cron"] == "0 */3 * * *"
