@@ -284,12 +284,13 @@ async def apply_definitions(
                     # can tell. Without it, the part of a window before this update would be
                     # judged by the new spec.
                     created_at, old_digest, old_definition = change.replaced
-                    await definition_history.record_first(
+                    await definition_history.record(
                         conn,
                         schedule_id=defn.id,
                         applied_at=created_at,
                         definition_digest=old_digest,
                         definition=old_definition,
+                        first_only=True,
                     )
                 # Temporal's own time for the write: backfill and audit judge fires up to
                 # this second by the previous definition, later ones by this one.

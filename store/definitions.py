@@ -38,20 +38,17 @@ async def record(
     applied_at: datetime,
     definition_digest: str,
     definition: dict[str, Any],
+    first_only: bool = False,
 ) -> None:
+    """Record one apply; `first_only`: only if the schedule has no history yet."""
     # The pool's jsonb codec encodes the mapping (store/pool.py).
-    await conn.execute(_RECORD, schedule_id, applied_at, definition_digest, definition)
-
-
-async def record_first(
-    conn: Any,
-    *,
-    schedule_id: str,
-    applied_at: datetime,
-    definition_digest: str,
-    definition: dict[str, Any],
-) -> None:
-    await conn.execute(_RECORD_FIRST, schedule_id, applied_at, definition_digest, definition)
+    await conn.execute(
+        _RECORD_FIRST if first_only else _RECORD,
+        schedule_id,
+        applied_at,
+        definition_digest,
+        definition,
+    )
 
 
 async def history(conn: Any, schedule_id: str) -> list[tuple[datetime, str, dict[str, Any]]]:
