@@ -316,12 +316,7 @@ def _refuse_unsupported(part: str) -> None:
     # feature is missing rather than a generic "malformed".
     if "?" in part:
         raise _FieldError("'?' is not supported by Temporal's cron; use * instead")
-    if "#" in part:
-        raise _FieldError(
-            "'#' (nth weekday of the month) is not supported by Temporal's cron; combine a "
-            "day-of-month range with the weekday instead (Temporal requires both to match), "
-            "e.g. '0 9 8-14 * mon' for the second Monday"
-        )
+    # '#' never reaches here: the whole expression is checked for it first (`_checked`).
     base = part.partition("/")[0]
     if _LAST_DAY.fullmatch(base):
         raise _FieldError("'L' (last day) is not supported by Temporal's cron; list the days")

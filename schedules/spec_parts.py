@@ -9,7 +9,6 @@ from __future__ import annotations
 import calendar
 import re
 from datetime import UTC, date, datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
@@ -124,7 +123,3 @@ def utc_instant(value: object, *, field: str) -> datetime:
             f"(e.g. {parsed.isoformat()}Z)"
         )
     return parsed.astimezone(UTC)
-
-
-def skip_json(skips: tuple[SkipCalendar, ...]) -> list[dict[str, Any]]:
-    return [s.model_dump(mode="json") for s in skips]
