@@ -67,6 +67,27 @@ def format_fire_time(fire_time: datetime) -> str:
     return fire_time.astimezone(UTC).strftime(KEY_TIME_FORMAT)
 
 
+def nominal_fire_time(
+    *, schedule_id: str, workflow_id: str, scheduled_start: datetime | None
+) -> datetime | None:
+    """The nominal fire time of a run a schedule started, None when neither source has one.
+
+    Temporal names such a run `{schedule id}-{nominal time, RFC 3339}` and puts the same
+    nominal time in `TemporalScheduledStartTime`; under jitter the run itself starts later.
+    The id's suffix is nominal by construction (Temporal dedupes fires on it), so it wins if the
+    search attribute ever carried the jittered time instead: the key must name the slot, or a
+    jittered fire and its replay would be two keys. A schedule id has no ':' or capitals, so
+    `{id}-` cannot swallow part of another schedule's id.
+    """
+    prefix = f"{schedule_id}-"
+    if workflow_id.startswith(prefix):
+        try:
+            return parse_fire_time(workflow_id[len(prefix) :])
+        except ValueError:
+            pass
+    return None if scheduled_start is None else parse_fire_time(scheduled_start.isoformat())
+
+
 def parse_fire_time(text: str) -> datetime:
     value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     if value.tzinfo is None:

@@ -260,6 +260,9 @@ class GuardedRun:
                 result=result,
                 next_fire_times=fires.times,
                 times_digest=fires.digest,
+                # A describe that answered for a definition and listed no next action time:
+                # the spec has run out (end_at passed, its last year done).
+                schedule_finished=fires.digest is not None and fires.exists and not fires.times,
                 write_heartbeat=fires.exists,
                 transaction_marker=ctx.marker,
             )

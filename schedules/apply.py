@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -48,6 +48,8 @@ from schedules.mapping import (
     to_temporal,
 )
 from schedules.model import ScheduleDefinition
+from schedules.preview import next_fire_times
+from store import definitions as definition_history
 from store import heartbeats
 
 log = get_logger("cronwarden.schedules")
@@ -61,7 +63,7 @@ __all__ = ["NotManaged", "apply_definitions", "describe_or_none", "is_managed"]
 
 
 # The fields the duplicate guard compares (schedules/duplicates.py).
-_DUPLICATE_FIELDS = {"job", "cron", "every", "args"}
+_DUPLICATE_FIELDS = {"job", "cron", "every", "args", "start_at", "end_at"}
 # Each attempt re-reads the schedule; a schedule still changing after this many is reported.
 UPDATE_ATTEMPTS = 5
 
@@ -81,6 +83,10 @@ class Change:
     action: str
     changed_fields: list[str] = field(default_factory=list)
     next_fire: datetime | None = None
+    next_fires: list[datetime] = field(default_factory=list)
+    """With --dry-run, for a created or updated schedule: Temporal's next nominal fire times."""
+    replaced: tuple[datetime, str, dict[str, Any]] | None = field(default=None, repr=False)
+    """For an update: when the schedule was created, and the digest and definition it held."""
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -106,7 +112,11 @@ async def plan_one(
     fields = _changed_fields(
         old if isinstance(old, dict) else {}, definition_json(defn, task_queue=task_queue)
     )
-    return Change(defn.id, UPDATED, fields), desc
+    replaced = None
+    digest = memo.get(DIGEST_MEMO)
+    if isinstance(old, dict) and isinstance(digest, str):
+        replaced = (desc.info.created_at, digest, old)
+    return Change(defn.id, UPDATED, fields, replaced=replaced), desc
 
 
 def _updater(
@@ -218,6 +228,7 @@ async def apply_definitions(
             raise DuplicateSchedules("nothing applied: " + "; ".join(problems))
     pruned = [Change(v.schedule_id, DELETED) for v in others] if prune else []
     if dry_run:
+        await _preview(client, planned, task_queue=task_queue)
         return [change for _, change, _ in planned] + pruned
     # An unchanged schedule needs no write and no second look: what we described is current.
     unchanged = [
@@ -262,10 +273,34 @@ async def apply_definitions(
                 change = Change(defn.id, UPDATED, ["(created concurrently)"])
         if change.action == UPDATED:
             await _update(client, defn, schedule, task_queue=task_queue)
-        next_times = (await handle.describe()).info.next_action_times
+        written = await handle.describe()
+        next_times = written.info.next_action_times
         change.next_fire = next_times[0] if next_times else None
         if pool is not None:
             async with pool.acquire() as conn, conn.transaction():
+                if change.replaced is not None:
+                    # A schedule applied before definitions were recorded: its previous
+                    # definition is in the memo, and it held since creation as far as anyone
+                    # can tell. Without it, the part of a window before this update would be
+                    # judged by the new spec.
+                    created_at, old_digest, old_definition = change.replaced
+                    await definition_history.record(
+                        conn,
+                        schedule_id=defn.id,
+                        applied_at=created_at,
+                        definition_digest=old_digest,
+                        definition=old_definition,
+                        first_only=True,
+                    )
+                # Temporal's own time for the write: backfill and audit judge fires up to
+                # this second by the previous definition, later ones by this one.
+                await definition_history.record(
+                    conn,
+                    schedule_id=defn.id,
+                    applied_at=written.info.last_updated_at or written.info.created_at,
+                    definition_digest=definition_digest(defn, task_queue=task_queue),
+                    definition=definition_json(defn, task_queue=task_queue),
+                )
                 await heartbeats.expect(
                     conn,
                     schedule_id=defn.id,
@@ -283,6 +318,25 @@ async def apply_definitions(
         await _prune(client, pool, change.schedule_id)
         changes.append(change)
     return changes
+
+
+async def _preview(
+    client: Client,
+    planned: list[tuple[ScheduleDefinition, Change, ScheduleDescription | None]],
+    *,
+    task_queue: str,
+) -> None:
+    """Fill in what the new spec means, in Temporal's own words, before anything changes."""
+    now = datetime.now(UTC)
+    changing = [(d, c) for d, c, _ in planned if c.action in (CREATED, UPDATED)]
+    previews = await map_bounded(
+        lambda pair: next_fire_times(client, pair[0], task_queue=task_queue, now=now),
+        changing,
+        limit=DESCRIBE_CONCURRENCY,
+    )
+    for (_, change), times in zip(changing, previews, strict=True):
+        change.next_fires = times
+        change.next_fire = times[0] if times else None
 
 
 def _log_change(change: Change) -> None:

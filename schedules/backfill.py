@@ -25,8 +25,10 @@ from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleDescr
 from activities.contract import logical_key
 from schedules.apply import NotManaged, describe_or_none, is_managed
 from schedules.inventory import no_such_schedule
+from schedules.preview import scratch_schedule
+from schedules.spec_history import Applied, segments
 from schedules.window import Window
-from store import outbox
+from store import definitions, outbox
 from workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
 
@@ -168,9 +170,31 @@ async def plan_window(client: Client, pool: asyncpg.Pool, schedule_id: str, wind
 
 async def plan_on(client: Client, conn: Any, schedule_id: str, window: Window) -> Plan:
     """`plan_window` on one connection: inside a REPEATABLE READ transaction every page (and
-    whatever the caller reads after) sees one snapshot of the outbox."""
+    whatever the caller reads after) sees one snapshot of the outbox.
+
+    Each part of the window is judged by the definition in force then (schedules/spec_history):
+    the live schedule answers for its own definition, a paused scratch copy for an older one.
+    """
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
-    pages = matching_times(client, schedule_id, window)
+    history = [Applied(*row) for row in await definitions.history(conn, schedule_id)]
+    live = history[-1] if history else None
+    for segment in segments(history, window):
+        applied = segment.applied
+        if applied is None or applied is live:
+            await _subtract(client, conn, schedule_id, schedule_id, segment.window, result)
+            continue
+        async with scratch_schedule(
+            client, applied.rebuilt(), task_queue=applied.task_queue
+        ) as scratch_id:
+            await _subtract(client, conn, schedule_id, scratch_id, segment.window, result)
+    return result
+
+
+async def _subtract(
+    client: Client, conn: Any, schedule_id: str, source_id: str, window: Window, result: Plan
+) -> None:
+    """Add the window's expected times (as `source_id` evaluates them) to `result`."""
+    pages = matching_times(client, source_id, window)
     # The next page is fetched from Temporal while Postgres subtracts the current one: the two
     # round trips overlap, and at most two pages are held at once.
     upcoming = asyncio.ensure_future(anext(pages, None))
@@ -187,7 +211,6 @@ async def plan_on(client: Client, conn: Any, schedule_id: str, window: Window) -
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await upcoming
         await pages.aclose()
-    return result
 
 
 def _timestamp(value: datetime) -> Timestamp:

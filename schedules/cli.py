@@ -140,6 +140,7 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
                         "action": c.action,
                         "changed_fields": c.changed_fields,
                         "next_fire": _iso(c.next_fire),
+                        "next_fires": [_iso(t) for t in c.next_fires],
                     }
                     for c in changes
                 ],
@@ -150,6 +151,10 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
     for c in changes:
         detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
         nxt = f", next fire {_iso(c.next_fire)}" if c.next_fire else ""
+        if c.next_fires:
+            nxt = ", next fires " + ", ".join(utc_text(t) for t in c.next_fires)
+        elif dry_run and c.action in ("created", "updated"):
+            nxt = ", no fire ahead"
         out.print(escape(f"{c.schedule_id}: {prefix}{c.action}{detail}{nxt}"))
     if all(c.action == "unchanged" for c in changes):
         out.print("nothing to change" if changes else "the file lists no schedules")

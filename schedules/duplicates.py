@@ -9,24 +9,51 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from schedules.model import ScheduleDefinition
 
 DuplicateKey = tuple[str, str, str]
+# The active period of a schedule, as ISO strings (None: unbounded on that side).
+Period = tuple[str | None, str | None]
 
 
 def duplicate_key(definition: Mapping[str, Any]) -> DuplicateKey:
     """What makes two schedules the same work: job, trigger and args (key order ignored).
 
     Takes the JSON form of a definition (`model_dump(mode="json")`, or the definition stored in
-    a schedule's memo), so a file entry and a schedule already in Temporal compare alike.
+    a schedule's memo), so a file entry and a schedule already in Temporal compare alike. A
+    single cron and a list holding only it are one trigger, and a list's order does not count.
+    Exclusions and jitter are left out: two schedules that fire on the same slots except a
+    holiday still do the same work on every other day.
     """
     cron, every = definition.get("cron"), definition.get("every")
-    trigger = f"cron {cron}" if cron is not None else f"every {every}"
+    if cron is not None:
+        crons = [cron] if isinstance(cron, str) else sorted(str(c) for c in cron)
+        trigger = "cron " + " | ".join(crons)
+    else:
+        trigger = f"every {every}"
     args = json.dumps(definition.get("args") or {}, sort_keys=True, separators=(",", ":"))
     return (str(definition.get("job")), trigger, args)
+
+
+def period(definition: Mapping[str, Any]) -> Period:
+    start, end = definition.get("start_at"), definition.get("end_at")
+    return (None if start is None else str(start), None if end is None else str(end))
+
+
+def periods_overlap(a: Period, b: Period) -> bool:
+    """Whether two active periods share an instant. Ends are inclusive in Temporal (a fire at
+    exactly end_at runs), so a hand-over must start the new schedule after the old one ends."""
+    return _before_or_at(a[0], b[1]) and _before_or_at(b[0], a[1])
+
+
+def _before_or_at(start: str | None, end: str | None) -> bool:
+    if start is None or end is None:
+        return True
+    return datetime.fromisoformat(start) <= datetime.fromisoformat(end)
 
 
 def _describe(key: DuplicateKey) -> str:
@@ -35,17 +62,28 @@ def _describe(key: DuplicateKey) -> str:
 
 
 def duplicates_in_file(definitions: Iterable[ScheduleDefinition]) -> list[str]:
-    """One problem per group of file entries that duplicate each other."""
-    groups: dict[DuplicateKey, list[str]] = {}
+    """One problem per group of file entries that duplicate each other at some instant."""
+    groups: dict[DuplicateKey, list[tuple[str, Period]]] = {}
     for defn in definitions:
         if not defn.allow_duplicate:
-            groups.setdefault(duplicate_key(defn.model_dump(mode="json")), []).append(defn.id)
-    return [
-        f"schedules {_join(ids)} duplicate each other ({_describe(key)}); remove one, or set "
-        "`allow_duplicate: true` on each if both are meant to run"
-        for key, ids in groups.items()
-        if len(ids) > 1
-    ]
+            data = defn.model_dump(mode="json")
+            groups.setdefault(duplicate_key(data), []).append((defn.id, period(data)))
+    problems = []
+    for key, members in groups.items():
+        ids = sorted(
+            {
+                a_id
+                for a_id, a in members
+                for b_id, b in members
+                if a_id != b_id and periods_overlap(a, b)
+            }
+        )
+        if len(ids) > 1:
+            problems.append(
+                f"schedules {_join(ids)} duplicate each other ({_describe(key)}); remove one, "
+                "or set `allow_duplicate: true` on each if both are meant to run"
+            )
+    return problems
 
 
 def duplicates_of_existing(
@@ -54,21 +92,24 @@ def duplicates_of_existing(
     """One problem per new schedule that duplicates a schedule already in Temporal.
 
     `existing` maps schedule ids to their stored definitions (JSON form); the caller leaves out
-    the ids of the file being applied and the schedules it is about to prune.
+    the ids of the file being applied and the schedules it is about to prune. Schedules whose
+    active periods (start_at to end_at) never meet are a hand-over, not a duplicate.
     """
     # Only the new schedule's flag counts: the stored definitions do not carry it.
-    by_key: dict[DuplicateKey, list[str]] = {}
+    by_key: dict[DuplicateKey, list[tuple[str, Period]]] = {}
     for schedule_id, definition in existing.items():
-        by_key.setdefault(duplicate_key(definition), []).append(schedule_id)
+        by_key.setdefault(duplicate_key(definition), []).append((schedule_id, period(definition)))
     problems = []
     for defn in new:
         if defn.allow_duplicate:
             continue
-        key = duplicate_key(defn.model_dump(mode="json"))
-        if key in by_key:
+        data = defn.model_dump(mode="json")
+        key = duplicate_key(data)
+        clashing = sorted(i for i, p in by_key.get(key, []) if periods_overlap(period(data), p))
+        if clashing:
             problems.append(
                 f"schedule '{defn.id}' duplicates the existing schedule(s) "
-                f"{_join(sorted(by_key[key]))} ({_describe(key)}); delete the old one, or set "
+                f"{_join(clashing)} ({_describe(key)}); delete the old one, or set "
                 "`allow_duplicate: true` if both are meant to run"
             )
     return problems

@@ -24,6 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.contract import ORPHAN_NOTE_PREFIX
 from cronwarden.errors import CronwardenError
+from cronwarden.times import utc_text
 from schedules.bounded import map_bounded
 from schedules.durations import format_duration
 from schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO
@@ -251,20 +252,65 @@ async def no_such_schedule(client: Client, schedule_id: str) -> NoSuchSchedule:
 
 
 def spec_text(definition: dict[str, Any] | None, spec: ScheduleSpec) -> str:
-    """The trigger as the schedule file writes it; for a foreign schedule, Temporal's spec."""
+    """The spec as the schedule file writes it; for a foreign schedule, Temporal's spec.
+
+    Every part that changes when a schedule fires is shown: the period, the exclusions and the
+    jitter, so `status` and `describe` never show a finished or holiday-skipping schedule as a
+    plain cron.
+    """
     if definition is not None:
-        if definition.get("cron"):
-            return f"cron {definition['cron']}"
-        if definition.get("every"):
-            try:
-                return f"every {format_duration(_TIMEDELTA.validate_python(definition['every']))}"
-            except (ValidationError, ValueError):
-                return f"every {definition['every']}"
+        parts = _trigger_parts(definition)
+        if definition.get("start_at"):
+            parts.append(f"from {definition['start_at']}")
+        if definition.get("end_at"):
+            parts.append(f"until {definition['end_at']}")
+        skips = definition.get("exclude") or []
+        if skips:
+            parts.append("except " + ", ".join(_skip_text(s) for s in skips))
+        if definition.get("jitter"):
+            parts.append(f"jitter {_json_duration(definition['jitter'])}")
+        return "; ".join(parts) or "no spec"
     parts = [f"cron {c}" for c in spec.cron_expressions]
     parts += [f"every {_duration_text(i.every)}" for i in spec.intervals]
     if spec.calendars:
         parts.append(f"{len(spec.calendars)} calendar(s)")
+    if spec.start_at:
+        parts.append(f"from {utc_text(spec.start_at)}")
+    if spec.end_at:
+        parts.append(f"until {utc_text(spec.end_at)}")
+    if spec.skip:
+        parts.append(f"{len(spec.skip)} skip calendar(s)")
+    if spec.jitter:
+        parts.append(f"jitter {_duration_text(spec.jitter)}")
     return "; ".join(parts) or "no spec"
+
+
+def _trigger_parts(definition: dict[str, Any]) -> list[str]:
+    cron = definition.get("cron")
+    if cron:
+        return [f"cron {c}" for c in ([cron] if isinstance(cron, str) else cron)]
+    if definition.get("every"):
+        return [f"every {_json_duration(definition['every'])}"]
+    return []
+
+
+def _json_duration(value: Any) -> str:
+    try:
+        return format_duration(_TIMEDELTA.validate_python(value))
+    except (ValidationError, ValueError):
+        return str(value)
+
+
+def _skip_text(skip: Any) -> str:
+    """A whole-day exclusion of one date as that date; anything else as its non-`*` fields."""
+    if not isinstance(skip, dict):
+        return str(skip)
+    fields = {k: str(v) for k, v in skip.items() if str(v) != "*"}
+    if set(fields) == {"year", "month", "day_of_month"} and all(
+        v.isdigit() for v in fields.values()
+    ):
+        return f"{fields['year']}-{int(fields['month']):02d}-{int(fields['day_of_month']):02d}"
+    return " ".join(f"{k}={v}" for k, v in fields.items()) or "every time"
 
 
 def _duration_text(td: timedelta) -> str:

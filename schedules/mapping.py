@@ -10,15 +10,18 @@ from typing import Any
 from temporalio.client import (
     Schedule,
     ScheduleActionStartWorkflow,
+    ScheduleCalendarSpec,
     ScheduleIntervalSpec,
     ScheduleOverlapPolicy,
     SchedulePolicy,
+    ScheduleRange,
     ScheduleSpec,
     ScheduleState,
 )
 
 from activities.contract import DIGEST_MEMO as DIGEST_MEMO  # re-exported: apply and tests use it
-from schedules.model import Overlap, ScheduleDefinition
+from schedules.model import SPEC_EXTRAS, Overlap, ScheduleDefinition
+from schedules.spec_parts import SkipCalendar
 from workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
 # Schedule-level memo marking what cronwarden created (set once, at creation).
@@ -59,6 +62,11 @@ def definition_json(defn: ScheduleDefinition, *, task_queue: str) -> dict[str, A
     # allow_duplicate only steers apply's guard; it is not part of what runs, so flipping it
     # must not count as a change to the schedule.
     data: dict[str, Any] = defn.model_dump(mode="json", exclude={"allow_duplicate"})
+    for name in SPEC_EXTRAS:
+        # Unset extras stay out, so definitions written before they existed keep their digest;
+        # a set one is in, so changing it re-applies the schedule.
+        if data.get(name) in (None, []):
+            data.pop(name, None)
     data["task_queue"] = task_queue
     data["workflow"] = WORKFLOW_NAME
     data["mapping_version"] = MAPPING_VERSION
@@ -82,12 +90,51 @@ def execution_timeout(defn: ScheduleDefinition) -> timedelta:
     return waiting + defn.timeout * defn.max_attempts + backoff + timedelta(minutes=5)
 
 
+def to_spec(defn: ScheduleDefinition) -> ScheduleSpec:
+    """The definition's spec as Temporal's, UTC only (no time zone ever set)."""
+    return ScheduleSpec(
+        cron_expressions=defn.crons,
+        intervals=[ScheduleIntervalSpec(every=defn.every)] if defn.every is not None else [],
+        skip=[_skip_spec(s) for s in defn.exclude],
+        start_at=defn.start_at,
+        end_at=defn.end_at,
+        jitter=defn.jitter,
+    )
+
+
+def _skip_spec(skip: SkipCalendar) -> ScheduleCalendarSpec:
+    # Every field is given explicitly: Temporal's defaults for second, minute and hour are 0, so
+    # a date left at the defaults would skip only its first second.
+    def ranges(name: str) -> tuple[ScheduleRange, ...]:
+        values = skip.values(name)
+        return () if values is None else _ranges(sorted(values))
+
+    return ScheduleCalendarSpec(
+        second=ranges("second"),
+        minute=ranges("minute"),
+        hour=ranges("hour"),
+        day_of_month=ranges("day_of_month"),
+        month=ranges("month"),
+        day_of_week=ranges("day_of_week"),
+        year=ranges("year"),
+    )
+
+
+def _ranges(values: list[int]) -> tuple[ScheduleRange, ...]:
+    """Consecutive runs of values as inclusive ranges (step 1)."""
+    runs: list[ScheduleRange] = []
+    start = previous = values[0]
+    for value in values[1:]:
+        if value != previous + 1:
+            runs.append(ScheduleRange(start, previous))
+            start = value
+        previous = value
+    runs.append(ScheduleRange(start, previous))
+    return tuple(runs)
+
+
 def to_temporal(defn: ScheduleDefinition, *, task_queue: str) -> Schedule:
-    if defn.cron is not None:
-        spec = ScheduleSpec(cron_expressions=[defn.cron])
-    else:
-        assert defn.every is not None
-        spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=defn.every)])
+    spec = to_spec(defn)
     action = ScheduleActionStartWorkflow(
         WORKFLOW_NAME,
         run_input(defn, task_queue=task_queue),

@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Hashable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ from cronwarden.errors import InvalidInput, ScheduleFileError
 from schedules.cron import validate_cron
 from schedules.duplicates import duplicates_in_file
 from schedules.durations import format_duration, parse_duration
+from schedules.firing import never_fires
+from schedules.spec_parts import SkipCalendar, skip_calendar, utc_instant
 
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _LOCK_MAX = 200
@@ -56,7 +58,11 @@ _MINIMUMS: dict[str, tuple[timedelta, str]] = {
         "a shorter lease can lapse between renewals on a busy worker",
     ),
     "timeout": (timedelta(seconds=1), "a run needs at least a second to start"),
+    "jitter": (timedelta(seconds=1), "durations are written in whole seconds or more"),
 }
+# The spec fields added after the first release: left out of the digest while unset, so adding
+# them to the model did not change the digest (and re-apply) of every existing schedule.
+SPEC_EXTRAS = ("start_at", "end_at", "exclude", "jitter")
 
 
 class ScheduleDefinition(BaseModel):
@@ -68,8 +74,9 @@ class ScheduleDefinition(BaseModel):
     """Schedule id in Temporal and every table: 1-63 lowercase letters, digits and dashes."""
     job: str
     """Name of the registered job the schedule runs."""
-    cron: str | None = None
-    """When to fire, as a 5- or 6-field cron expression in UTC (6th field is the year)."""
+    cron: str | list[str] | None = None
+    """When to fire, in UTC: a cron expression of 5 fields, 6 (the 6th is the year) or 7
+    (seconds first, year last), or a list of them (the schedule fires at each one's times)."""
     every: timedelta | None = None
     """When to fire, as a fixed interval from the epoch (e.g. 15m); set this or `cron`."""
     overlap: Overlap = Overlap.skip
@@ -92,6 +99,14 @@ class ScheduleDefinition(BaseModel):
     """Arguments handed to the job, checked against its `args_model` when it has one."""
     allow_duplicate: bool = Field(default=False, strict=True)
     """Let this schedule share job, trigger and args with another one (refused by default)."""
+    start_at: datetime | None = None
+    """No fire before this instant (ISO 8601 with a zone, kept in UTC)."""
+    end_at: datetime | None = None
+    """No fire after this instant; once it has passed the schedule is finished, not late."""
+    exclude: tuple[SkipCalendar, ...] = ()
+    """Dates (2026-12-25) or calendar entries ({day_of_week: sat,sun}) on which nothing fires."""
+    jitter: timedelta | None = None
+    """Each fire starts up to this much after its nominal time; the logical key stays nominal."""
 
     @field_validator("id", mode="after")
     @classmethod
@@ -105,15 +120,48 @@ class ScheduleDefinition(BaseModel):
 
     @field_validator("cron", mode="after")
     @classmethod
-    def _check_cron(cls, value: str | None) -> str | None:
-        return None if value is None else validate_cron(value)
+    def _check_cron(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is None or isinstance(value, str):
+            return None if value is None else validate_cron(value)
+        if not value:
+            raise ValueError("the cron list is empty; give at least one expression or use `every`")
+        checked = []
+        for index, expr in enumerate(value):
+            try:
+                checked.append(validate_cron(expr))
+            except ValueError as exc:
+                raise ValueError(f"cron[{index}]: {exc}") from None
+        repeated = sorted({e for e in checked if checked.count(e) > 1})
+        if repeated:
+            raise ValueError(f"the cron list repeats {', '.join(repr(e) for e in repeated)}")
+        return checked
+
+    @field_validator("start_at", "end_at", mode="before")
+    @classmethod
+    def _parse_instant(cls, value: object, info: ValidationInfo) -> object:
+        return None if value is None else utc_instant(value, field=info.field_name or "")
+
+    @field_validator("exclude", mode="before")
+    @classmethod
+    def _parse_exclusions(cls, value: object) -> object:
+        if value is None:
+            return ()
+        if not isinstance(value, list | tuple):
+            raise ValueError("`exclude` must be a list of dates (2026-12-25) or calendar mappings")
+        return [skip_calendar(item) for item in value]
 
     @field_validator(
-        "every", "catchup_window", "heartbeat_grace", "lock_ttl", "timeout", mode="before"
+        "every",
+        "catchup_window",
+        "heartbeat_grace",
+        "lock_ttl",
+        "timeout",
+        "jitter",
+        mode="before",
     )
     @classmethod
     def _parse_duration(cls, value: object, info: ValidationInfo) -> object:
-        if value is None and info.field_name == "every":
+        if value is None and info.field_name in ("every", "jitter"):
             return None
         duration = _duration(value)
         floor = _MINIMUMS.get(info.field_name or "")
@@ -169,6 +217,35 @@ class ScheduleDefinition(BaseModel):
                 "`lock`, or use skip or buffer_one"
             )
         return self
+
+    @model_validator(mode="after")
+    def _check_it_fires(self, info: ValidationInfo) -> ScheduleDefinition:
+        # Temporal would take such a spec and never run it; the monitor would then wait for a
+        # first heartbeat that cannot come. `now` comes from the validation context in tests.
+        context = info.context if isinstance(info.context, dict) else {}
+        if context.get("history"):
+            # A definition read back from the history judged past fires; that it cannot fire
+            # any more is expected, not a problem.
+            return self
+        now = context.get("now") or datetime.now(UTC)
+        reason = never_fires(
+            crons=self.crons,
+            every=self.every,
+            start_at=self.start_at,
+            end_at=self.end_at,
+            skips=self.exclude,
+            now=now,
+        )
+        if reason is not None:
+            raise ValueError(f"this schedule never fires: {reason}")
+        return self
+
+    @property
+    def crons(self) -> list[str]:
+        """The cron expressions, a single one as a list of one."""
+        if self.cron is None:
+            return []
+        return [self.cron] if isinstance(self.cron, str) else list(self.cron)
 
     @property
     def lock_name(self) -> str:
@@ -253,7 +330,11 @@ def load_schedule_file(path: str | Path, registry: JobRegistry) -> list[Schedule
 
 
 def parse_schedule_text(
-    text: str, registry: JobRegistry, *, source: str = "<schedules>"
+    text: str,
+    registry: JobRegistry,
+    *,
+    source: str = "<schedules>",
+    now: datetime | None = None,
 ) -> list[ScheduleDefinition]:
     """Like `load_schedule_file`, for YAML already in memory; `source` names it in errors."""
     try:
@@ -265,7 +346,7 @@ def parse_schedule_text(
     entries, problems = _entries(document)
     definitions: list[ScheduleDefinition] = []
     for number, entry in enumerate(entries, start=1):
-        definition, entry_problems = _check_entry(number, entry, registry)
+        definition, entry_problems = _check_entry(number, entry, registry, now=now)
         problems.extend(entry_problems)
         if definition is not None:
             definitions.append(definition)
@@ -310,13 +391,13 @@ def _entries(document: object) -> tuple[list[object], list[str]]:
 
 
 def _check_entry(
-    number: int, entry: object, registry: JobRegistry
+    number: int, entry: object, registry: JobRegistry, *, now: datetime | None = None
 ) -> tuple[ScheduleDefinition | None, list[str]]:
     label = _label(number, entry)
     if not isinstance(entry, dict):
         return None, [f"{label} is a {_kind(entry)}; each entry must be a mapping of fields"]
     try:
-        definition = ScheduleDefinition.model_validate(entry)
+        definition = ScheduleDefinition.model_validate(entry, context={"now": now})
     except ValidationError as exc:
         problems = [f"{label}{_pydantic_problem(err)}" for err in exc.errors()]
         # Still say when the job is unknown: it is independent of the other fields, and fixing
@@ -367,10 +448,17 @@ def _pydantic_problem(err: ErrorDetails) -> str:
     if not loc:
         return f": {_message(err)}"
     field = str(loc[0])
-    if err["type"] == "extra_forbidden":
-        known = list(ScheduleDefinition.model_fields)
-        return f": unknown field '{field}'{_suggest(field, known)}"
     where = field + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+    if err["type"] == "extra_forbidden":
+        if len(loc) == 1:
+            known = list(ScheduleDefinition.model_fields)
+            return f": unknown field '{field}'{_suggest(field, known)}"
+        # Inside an exclusion: name the key and the exclusion it sits in.
+        name = str(loc[-1])
+        return (
+            f", field '{where}': unknown field '{name}'"
+            f"{_suggest(name, list(SkipCalendar.model_fields))}"
+        )
     return f", field '{where}': {_message(err)}"
 
 

@@ -49,12 +49,15 @@ WITH fence AS (
         -- The first cached fire after this statement's time, never the worker's clock; only
         -- times described from the definition the row was applied with (a row applied before
         -- rows carried a digest takes them as before). None: the row keeps its deadline.
-        next_expected_at = COALESCE(
+        -- Temporal listing no fire at all ahead for the row's own definition means the spec
+        -- has run out (its end_at passed): nothing is expected any more, so the monitor does
+        -- not page about a schedule that finished.
+        next_expected_at = CASE WHEN $18 AND h.definition_digest = $15 THEN NULL ELSE COALESCE(
             CASE WHEN h.definition_digest IS NULL OR h.definition_digest = $15
                  THEN (SELECT min(t) FROM unnest($12::timestamptz[]) AS t
                         WHERE t > statement_timestamp())
             END,
-            h.next_expected_at),
+            h.next_expected_at) END,
         grace = $13,
         last_error = NULL,
         updated_at = now()
@@ -110,6 +113,8 @@ class CommitRecord:
     """A replay's commit records itself apart from the live heartbeat."""
     transaction_marker: str | None = None
     """The marker `ctx.transaction()` set in the job's transaction (None: no job transaction)."""
+    schedule_finished: bool = False
+    """Temporal's describe (the one `times_digest` names) listed no next action time at all."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,7 @@ async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
         rec.times_digest,
         rec.replay,
         rec.transaction_marker,
+        rec.schedule_finished,
     )
     return CommitOutcome(
         fenced=row["fenced"],

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         GuardedRunInput,
         RunOutcome,
         logical_key,
+        nominal_fire_time,
         parse_fire_time,
         per_key_lock_name,
     )
@@ -178,14 +179,19 @@ class ScheduledRunWorkflow:
                 # An ApplicationError fails the run; any other exception would fail the
                 # workflow task and retry it for ever.
                 raise ApplicationError(str(exc), type=NO_FIRE_TIME, non_retryable=True) from exc
-        scheduled = workflow.info().typed_search_attributes.get(SCHEDULED_START_TIME)
-        if scheduled is None:
+        info = workflow.info()
+        nominal = nominal_fire_time(
+            schedule_id=inp.schedule_id,
+            workflow_id=info.workflow_id,
+            scheduled_start=info.typed_search_attributes.get(SCHEDULED_START_TIME),
+        )
+        if nominal is None:
             raise ApplicationError(
                 "no fire time: this run was started outside a schedule without `fire_time`",
                 type=NO_FIRE_TIME,
                 non_retryable=True,
             )
-        return parse_fire_time(scheduled.isoformat())
+        return nominal
 
 
 def _overlap_timeout(key: str, outcome: RunOutcome, inp: ScheduledRunInput) -> ApplicationError:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import textwrap
 import uuid
@@ -23,7 +24,8 @@ from temporalio.client import (
 
 from cronwarden.embedded import EmbeddedPostgres
 from schedules.apply import describe_or_none
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch
+from schedules.preview import PREVIEW_PREFIX
+from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +90,20 @@ BAD_ENTRIES = {
     ),
     "bad duration": ("timeout", "    job: probe\n    every: 1m\n    timeout: 15 minutes\n"),
     "unknown field": ("unknown field 'retries'", "    job: probe\n    every: 1m\n    retries: 3\n"),
+    "a date that does not exist": (
+        "never fires: '0 0 30 2 *' asks for day 30 of February, a date that does not exist",
+        '    job: probe\n    cron: "0 0 30 2 *"\n',
+    ),
+    "a year range in the past": (
+        "never fires: '0 0 1 1 * 2001-2020' names only years before",
+        '    job: probe\n    cron: "0 0 1 1 * 2001-2020"\n',
+    ),
+    "end_at before start_at": (
+        "never fires: its end_at (2030-01-01T00:00:00Z) is not after its start_at "
+        "(2031-01-01T00:00:00Z)",
+        "    job: probe\n    every: 1m\n    start_at: 2031-01-01T00:00:00Z\n"
+        "    end_at: '2030-01-01T00:00:00Z'\n",
+    ),
 }
 
 
@@ -151,6 +167,53 @@ async def test_apply_creates_then_changes_nothing_then_updates_only_what_changed
         after = await handle.describe()
         # Re-applying a file must not undo an operator's pause.
         assert after.schedule.state.paused is True
+    finally:
+        await handle.delete()
+
+
+async def test_a_dry_run_shows_temporals_next_three_fires_of_each_new_or_changed_schedule(
+    tmp_path: Path, cli_env: dict[str, str], client: Client
+) -> None:
+    sid = f"preview-{uuid.uuid4().hex[:8]}"
+    body = (
+        f"schedules:\n  - id: {sid}\n    job: probe\n    cron: ['0 9 * * *', '0 0 0 1 1 * *']\n"
+        "    start_at: 2030-01-01T00:00:00Z\n    exclude: ['2030-01-02']\n"
+    )
+    path = write(tmp_path, body)
+    handle = client.get_schedule_handle(sid)
+    try:
+        dry = await cli(cli_env, "schedules", "apply", "--dry-run", str(path))
+        assert dry.code == 0, dry
+        # Both expressions, from start_at on, without the excluded day.
+        assert (
+            f"{sid}: would be created, next fires 2030-01-01T00:00:00Z, 2030-01-01T09:00:00Z, "
+            "2030-01-03T09:00:00Z"
+        ) in dry.stdout
+        assert await describe_or_none(client, sid) is None
+
+        assert (await cli(cli_env, "schedules", "apply", str(path))).code == 0
+        described = await cli(cli_env, "schedules", "describe", sid)
+        assert (
+            "cron 0 9 * * *; cron 0 0 0 1 1 * *; from 2030-01-01T00:00:00Z; except 2030-01-02"
+        ) in described.stdout, described
+        path.write_text(body.replace("'2030-01-02'", "'2030-01-01'"))
+        changed = await cli(cli_env, "schedules", "apply", "--dry-run", "--json", str(path))
+        assert changed.code == 0, changed
+        [change] = json.loads(changed.stdout)["changes"]
+        assert change["action"] == "updated" and change["changed_fields"] == ["exclude"]
+        assert change["next_fires"] == [
+            "2030-01-02T09:00:00Z",
+            "2030-01-03T09:00:00Z",
+            "2030-01-04T09:00:00Z",
+        ]
+        # The dry run changed nothing, and left no preview schedule behind.
+        assert (await handle.describe()).schedule.spec.skip[0].day_of_month[0].start == 2
+
+        async def no_preview_left() -> bool:
+            ids = [s.id async for s in await client.list_schedules()]
+            return not any(i.startswith(PREVIEW_PREFIX) for i in ids)
+
+        await wait_for(no_preview_left, timeout=15, what="the preview schedules to be gone")
     finally:
         await handle.delete()
 

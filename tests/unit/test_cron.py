@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedules.cron import validate_cron
+from schedules.cron import CronLint, cron_fields, validate_cron
 
 
 def refusal(expr: str) -> str:
@@ -68,12 +68,13 @@ def test_it_refuses_a_comment() -> None:
     assert "comments (#) are not allowed" in refusal("0 2 * * * # nightly")
 
 
-@pytest.mark.parametrize("expr", ["0 2 * *", "0 0 2 * * * *", "*"])
-def test_it_refuses_a_field_count_other_than_five_or_six(expr: str) -> None:
+@pytest.mark.parametrize("expr", ["0 2 * *", "0 0 0 2 * * * *", "*"])
+def test_it_refuses_a_field_count_other_than_five_to_seven(expr: str) -> None:
     count = len(expr.split())
     assert refusal(expr) == (
-        f"'{expr}' has {count} fields; use 5 (minute hour day-of-month month day-of-week) "
-        "or 6 (minute hour day-of-month month day-of-week year)"
+        f"'{expr}' has {count} fields; use 5 (minute hour day-of-month month day-of-week), "
+        "6 (minute hour day-of-month month day-of-week year) "
+        "or 7 (second minute hour day-of-month month day-of-week year)"
     )
 
 
@@ -99,8 +100,48 @@ def test_it_names_the_field_of_a_value_out_of_range(expr: str, message: str) -> 
 
 def test_it_reminds_that_the_sixth_field_is_the_year() -> None:
     assert refusal("*/10 * * * * 5") == (
-        "year field '5': 5 is outside 2000-2100 (the 6th field is the year, not seconds)"
+        "year field '5': 5 is outside 2000-2100 "
+        "(the 6th field is the year, not seconds: seconds need all 7 fields)"
     )
+
+
+@pytest.mark.parametrize(
+    "expr", ["*/10 * * * * * *", "30 0 9 * * mon-fri *", "0 0 0 1 1 * 2030", "+5 0 * * * * *"]
+)
+def test_it_accepts_the_seven_field_form_with_seconds(expr: str) -> None:
+    assert validate_cron(expr) == expr
+
+
+def test_it_reads_the_first_of_seven_fields_as_seconds() -> None:
+    fields = cron_fields("15,45 0 9 * * 7 2030")
+    assert fields.seconds == {15, 45}
+    assert (fields.minutes, fields.hours, fields.days_of_week) == (
+        frozenset({0}),
+        frozenset({9}),
+        frozenset({0}),
+    )
+    assert fields.years == frozenset({2030})
+
+
+def test_it_checks_the_seconds_field_like_the_minutes() -> None:
+    assert refusal("*/7 * * * * * *").startswith("second field '*/7' does not tile 60 seconds")
+    assert refusal("60 * * * * * *") == "second field '60': 60 is outside 0-59"
+
+
+@pytest.mark.parametrize(
+    ("expr", "rule"),
+    [
+        ("TZ=UTC 0 2 * * *", "utc-only"),
+        ("0 2 * * * # nightly", "no-comment"),
+        ("0 9 * * mon#2", "nth-weekday"),
+        ("@every 5m", "use-every"),
+        ("0 */5 * * *", "uneven-step"),
+    ],
+)
+def test_it_names_the_rule_of_a_refusal_temporal_would_accept(expr: str, rule: str) -> None:
+    with pytest.raises(CronLint) as exc_info:
+        validate_cron(expr)
+    assert exc_info.value.rule == rule
 
 
 def test_it_needs_three_letters_of_a_month_name() -> None:

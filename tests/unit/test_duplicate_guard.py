@@ -94,3 +94,51 @@ def test_allow_duplicate_is_not_a_change_to_the_schedule() -> None:
     plain = define("a")
     allowed = plain.model_copy(update={"allow_duplicate": True})
     assert definition_digest(plain, task_queue="q") == definition_digest(allowed, task_queue="q")
+
+
+def test_a_cron_and_a_list_of_the_same_crons_in_another_order_are_one_trigger(
+    registry: JobRegistry,
+) -> None:
+    with pytest.raises(ScheduleFileError) as caught:
+        parse(
+            """
+            schedules:
+              - {id: one, job: reconcile, cron: ["0 9 * * *", "0 17 * * *"]}
+              - {id: two, job: reconcile, cron: ["0 17 * * *", "0  9 * * *"]}
+              - {id: three, job: reconcile, cron: "0 12 * * *"}
+              - {id: four, job: reconcile, cron: ["0 12 * * *"], jitter: 30s}
+            """,
+            registry,
+        )
+    message = str(caught.value)
+    assert "schedules 'one' and 'two' duplicate each other" in message
+    # Jitter moves the start, not the slot: still the same work.
+    assert "schedules 'four' and 'three' duplicate each other" in message
+
+
+def test_a_hand_over_between_periods_is_not_a_duplicate_but_an_overlap_is(
+    registry: JobRegistry,
+) -> None:
+    handover = """
+        schedules:
+          - {id: old, job: reconcile, cron: "0 9 * * *", end_at: "2030-01-01T00:00:00Z"}
+          - {id: new, job: reconcile, cron: "0 9 * * *", start_at: "2030-01-01T00:00:01Z"}
+        """
+    assert [d.id for d in parse(handover, registry)] == ["old", "new"]
+    # Temporal fires at exactly end_at, so sharing that instant is an overlap.
+    with pytest.raises(ScheduleFileError, match="'new' and 'old' duplicate each other"):
+        parse(handover.replace("00:00:01Z", "00:00:00Z"), registry)
+
+    existing = {
+        "old": definition_json(parse(handover, registry)[0], task_queue="q"),
+    }
+    later = ScheduleDefinition.model_validate(
+        {"id": "n", "job": "reconcile", "cron": "0 9 * * *", "start_at": "2031-01-01T00:00:00Z"}
+    )
+    assert duplicates_of_existing([later], existing) == []
+    unbounded = ScheduleDefinition.model_validate(
+        {"id": "u", "job": "reconcile", "cron": ["0 9 * * *"]}
+    )
+    assert "schedule 'u' duplicates the existing schedule(s) 'old'" in " ".join(
+        duplicates_of_existing([unbounded], existing)
+    )
