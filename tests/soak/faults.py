@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Protocol
 
 from tests.faults.worker_process import WorkerProcess
 from tests.soak.plan import BACKFILL_LAG, Fault, Kind
 from tests.soak.stack import Servers, Workers
-from tests.support.cli import cli, iso
+from tests.support.cli import Result, cli, iso
 
 # An operator retries a pause or an unpause that failed because a server was down; so do we,
 # until this long has passed.
@@ -38,10 +39,12 @@ class FaultLog:
     started: float
     """`time.monotonic()` at the soak's t+0."""
     out: Callable[[str], None]
+    work_dir: Path
+    """Where each backfill's output is kept."""
     paused: dict[str, list[tuple[datetime, datetime]]] = field(default_factory=dict)
     """Per schedule name: the operator pauses, from just before the pause was asked to just
     after the unpause was done. Temporal's matching times ignore pauses; these are not due."""
-    backfills: list[str] = field(default_factory=list)
+    backfills: list[Result] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     """A fault that could not be carried out (e.g. an unpause that kept failing)."""
 
@@ -91,12 +94,21 @@ class FaultRunner:
     async def _kill(self, fault: Fault) -> None:
         assert fault.target is not None
         worker = self.workers.slots[fault.target]
-        worker.signal(signal.SIGKILL)
-        await worker.exited(timeout=10)
-        self.log.say(f"killed {fault.target} (pid {worker.pid})")
-        await asyncio.sleep(fault.seconds)
-        new = self.workers.replace(fault.target)
-        self.log.say(f"started {fault.target} again (pid {new.pid})")
+        if worker.proc.poll() is not None:
+            # Killed by an earlier fault, its replacement not started yet: a reaped pid may
+            # already belong to another process, so it gets no signal.
+            self.log.say(f"{fault.target} is not running (killed): nothing to kill")
+            return
+        self.workers.down.add(fault.target)
+        try:
+            worker.signal(signal.SIGKILL)
+            await worker.exited(timeout=10)
+            self.log.say(f"killed {fault.target} (pid {worker.pid})")
+            await asyncio.sleep(fault.seconds)
+            new = self.workers.replace(fault.target)
+            self.log.say(f"started {fault.target} again (pid {new.pid})")
+        finally:
+            self.workers.down.discard(fault.target)
 
     async def _stop(self, fault: Fault) -> None:
         assert fault.target is not None
@@ -160,19 +172,18 @@ class FaultRunner:
         self.log.say(f"backfill run {fault.target} from {iso(start)} to {iso(end)}")
         args = ["backfill", "run", sid, "--start", iso(start), "--end", iso(end), "--yes"]
         result = await cli(self.env, *args, "--json", timeout=BACKFILL_TIMEOUT)
-        # Exit 1 (a key failed or stayed locked) still prints the summary; 2 is a usage error.
-        summary = backfill_summary(result.stdout) if result.code in (0, 1) else None
-        line = f"backfill run {fault.target}: exit {result.code}, {summary or result.stderr[-300:]}"
-        self.log.backfills.append(line)
-        self.log.say(line)
+        self.log.backfills.append(result)
+        output = self.log.work_dir / f"backfill-{len(self.log.backfills)}.out"
+        output.write_text(f"{' '.join(args)}\nexit {result.code}\n{result.stdout}\n{result.stderr}")
+        self.log.say(f"backfill run {fault.target}: exit {result.code}, {backfill_summary(result)}")
 
 
-def backfill_summary(stdout: str) -> str:
-    """`backfill run --json` output, in one line."""
+def backfill_summary(result: Result) -> str:
+    """What `backfill run --json` did, in one line; its error when it printed no summary."""
     try:
-        data = json.loads(stdout)
+        data = json.loads(result.stdout)
     except ValueError:
-        return stdout[-300:]
+        return f"no summary printed: {result.stderr.strip()[-300:]}"
     counts = data.get("summary") or {}
     text = ", ".join(f"{k} {v}" for k, v in counts.items())
     failed = [f"{f['logical_key']}: {f['error']}" for f in data.get("failed", [])]

@@ -89,14 +89,15 @@ def make_plan(
     kinds += rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()), k=extra)
     rng.shuffle(kinds)
     # The first backfill needs a pause before it.
-    first_pause, first_backfill = kinds.index(Kind.PAUSE), kinds.index(Kind.BACKFILL)
-    if first_backfill < first_pause:
-        kinds[first_pause], kinds[first_backfill] = kinds[first_backfill], kinds[first_pause]
+    pause_at, backfill_at = kinds.index(Kind.PAUSE), kinds.index(Kind.BACKFILL)
+    if backfill_at < pause_at:
+        kinds[pause_at], kinds[backfill_at] = kinds[backfill_at], kinds[pause_at]
 
     # Start times uniform over the run, leaving its last stretch for the faults to end in.
     starts = sorted(rng.uniform(FIRST_AT, duration * LAST_START) for _ in kinds)
     server_free_at = 0.0
-    last_pause: Fault | None = None
+    pauses: dict[str, Fault] = {}
+    first_backfill: Fault | None = None
     plan: list[Fault] = []
     for kind, at in zip(kinds, starts, strict=True):
         fault = _draw(
@@ -106,12 +107,17 @@ def make_plan(
             fault = _at(fault, max(fault.at, server_free_at))
             server_free_at = fault.at + fault.seconds + SERVER_SPACING
         elif kind is Kind.PAUSE:
-            last_pause = fault
-        elif kind is Kind.BACKFILL and last_pause is not None:
-            # Replay the window the last pause left, from a little before it began.
-            start = max(fault.at, last_pause.at + last_pause.seconds + BACKFILL_LAG + 2.0)
-            window = max(fault.seconds, start - last_pause.at + 3.0)
-            fault = Fault(round(start, 1), kind, last_pause.target, round(window, 1))
+            assert fault.target is not None
+            pauses[fault.target] = fault
+        elif kind is Kind.BACKFILL:
+            if first_backfill is None:
+                # The first one replays the last pause's schedule; later ones any schedule,
+                # not before the first.
+                fault = Fault(fault.at, kind, max(pauses.values(), key=lambda p: p.at).target, 0)
+            else:
+                fault = _at(fault, max(fault.at, first_backfill.at))
+            fault = _after_pause(fault, pauses.get(fault.target or ""))
+            first_backfill = first_backfill or fault
         plan.append(fault)
     return sorted(plan, key=lambda f: f.at)
 
@@ -136,6 +142,16 @@ def _draw(
     if kind is Kind.PAUSE:
         return Fault(at, kind, rng.choice(schedules), round(rng.uniform(4.0, 10.0), 1))
     return Fault(at, kind, rng.choice(schedules), round(rng.uniform(20.0, 60.0), 1))
+
+
+def _after_pause(backfill: Fault, pause: Fault | None) -> Fault:
+    """A backfill of a schedule paused before: it starts once the pause is over and its window
+    covers the fires the pause left, from a little before the pause began."""
+    if pause is None:
+        return backfill
+    start = max(backfill.at, pause.at + pause.seconds + BACKFILL_LAG + 2.0)
+    window = max(backfill.seconds, start - pause.at + 3.0)
+    return Fault(round(start, 1), backfill.kind, backfill.target, round(window, 1))
 
 
 def _at(fault: Fault, at: float) -> Fault:

@@ -81,6 +81,8 @@ class Report:
     ledgers: list[ScheduleLedger]
     problems: list[str]
     """Faults that could not be carried out, and runs that never settled."""
+    notes: list[str]
+    """What happened besides the plan (a worker that exited on its own)."""
 
     @property
     def table(self) -> str:
@@ -94,6 +96,7 @@ class Report:
         """The table, then what is worth knowing about each schedule, then the problems."""
         lines = [self.table]
         lines += [f"  {s.name}: {note}" for s in self.ledgers for note in s.notes]
+        lines += [f"  {note}" for note in self.notes]
         lines += [f"  problem: {problem}" for problem in self.problems]
         return "\n".join(lines)
 
@@ -131,18 +134,26 @@ async def run_soak(
     try:
         await workers.ready(timeout=WORKER_START_TIMEOUT)
         created = await _apply(client, database, task_queue, ids)
-        log = FaultLog(started=time.monotonic(), out=out)
+        log = FaultLog(started=time.monotonic(), out=out, work_dir=work_dir)
         runner = FaultRunner(servers, workers, env, ids, log)
-        await asyncio.gather(runner.run(plan), asyncio.sleep(config.duration))
-        out(f"[t+{time.monotonic() - log.started:6.1f}s] faults over; pausing every schedule")
-        ends = await _freeze(client, ids)
-        settled = await _settle(client, task_queue, ids, timeout=config.settle_timeout)
+        supervisor = asyncio.create_task(workers.supervise(log.say), name="supervise workers")
+        try:
+            await asyncio.gather(runner.run(plan), asyncio.sleep(config.duration))
+            log.say("faults over; pausing every schedule")
+            ends = await _freeze(client, ids)
+            settled = await _settle(client, task_queue, ids, timeout=config.settle_timeout)
+            log.say("runs settled; counting" if settled else "runs did not settle; counting")
+        finally:
+            supervisor.cancel()
         ledgers = await _count(client, database, env, ids, created, ends, log)
-        await _close_with_backfill(env, database, ids, created, ends, ledgers, out)
+        log.say("counted; closing with backfill run over each whole window")
+        await _close_with_backfill(env, database, ids, created, ends, ledgers)
+        log.say("closing backfill runs done")
         problems = list(log.problems)
+        notes = [f"worker {gone}, started again" for gone in workers.exits]
         if not settled:
             problems.append(f"runs still running {config.settle_timeout:g}s after the faults")
-        return Report(plan, ledgers, problems)
+        return Report(plan, ledgers, problems, notes)
     finally:
         workers.stop_all()
         workers.save_logs(work_dir / "workers")
@@ -245,6 +256,12 @@ async def _count(
                 lost_to_replays=[r.workflow_id for r in lost if r.schedule_id == sid],
                 notes=_notes(sid, runs),
             )
+            info = (await client.get_schedule_handle(sid).describe()).info
+            ledger.notes.append(
+                f"Temporal: {info.num_actions} actions, {info.num_actions_skipped_overlap} "
+                f"skipped by the overlap policy, {info.num_actions_missed_catchup_window} "
+                "missed the catchup window"
+            )
             ledgers.append(ledger)
     finally:
         await pool.close()
@@ -271,7 +288,6 @@ async def _close_with_backfill(
     created: dict[str, datetime],
     ends: dict[str, datetime],
     ledgers: list[ScheduleLedger],
-    out: Callable[[str], None],
 ) -> None:
     """`backfill run` over each whole window, as an operator closes the gaps; then the plan
     again: a key still listed is one that even backfill could not repair."""
@@ -282,8 +298,7 @@ async def _close_with_backfill(
         result = await cli(
             env, "backfill", "run", sid, *window, "--yes", "--json", timeout=BACKFILL_TIMEOUT
         )
-        summary = backfill_summary(result.stdout) if result.code in (0, 1) else result.stderr
-        ledger.notes.append(f"closing backfill run: exit {result.code}, {summary}")
+        ledger.notes.append(f"closing backfill run: exit {result.code}, {backfill_summary(result)}")
         ledger.left = await listed_by_plan(env, sid, start, end)
     # Effects may have doubled during the replays: count them again.
     pool: asyncpg.Pool = await create_pool(database, max_size=2)
@@ -295,4 +310,3 @@ async def _close_with_backfill(
                 ledger.unrecorded_effects = await unrecorded_effects(conn, sid)
     finally:
         await pool.close()
-    out("soak: closing backfill run done")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +57,28 @@ class Workers:
         self._env = env
         self.slots = {name: WorkerProcess(env, graceful=GRACEFUL_SHUTDOWN) for name in names}
         self.all: list[WorkerProcess] = list(self.slots.values())
+        self.down: set[str] = set()
+        """Slots a fault keeps empty on purpose (killed, replacement not started yet)."""
+        self.exits: list[str] = []
+        """Workers that exited on their own, and were started again by `supervise`."""
 
     async def ready(self, *, timeout: float) -> None:
         await asyncio.gather(
             *(w.wait_event("worker.started", timeout=timeout) for w in self.slots.values())
         )
+
+    async def supervise(self, say: Callable[[str], None]) -> None:
+        """Start again a worker that exited on its own (one started while Temporal was down
+        gives up), as its process supervisor would in production; until cancelled."""
+        while True:
+            for name, worker in list(self.slots.items()):
+                if name in self.down or worker.proc.poll() is None:
+                    continue
+                new = self.replace(name)
+                gone = f"{name} (pid {worker.pid}) exited on its own ({worker.proc.returncode})"
+                self.exits.append(gone)
+                say(f"{gone}: started again (pid {new.pid})")
+            await asyncio.sleep(0.5)
 
     def replace(self, name: str) -> WorkerProcess:
         worker = WorkerProcess(self._env, graceful=GRACEFUL_SHUTDOWN)

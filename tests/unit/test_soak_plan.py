@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from tests.soak.plan import SERVER_KINDS, Fault, Kind, make_plan
+from tests.soak.plan import BACKFILL_LAG, SERVER_KINDS, Fault, Kind, make_plan
 
 WORKERS = ["w1", "w2", "w3"]
 SCHEDULES = ["a", "b", "c"]
@@ -52,16 +52,39 @@ def test_two_servers_are_never_down_at_once() -> None:
             assert after.at >= before.at + before.seconds, (seed, before, after)
 
 
-def test_every_backfill_replays_the_window_a_pause_of_its_schedule_left() -> None:
+def covered_pauses(faults: list[Fault], backfill: Fault) -> list[Fault]:
+    """Pauses of the backfill's schedule over before it starts, inside its window (which ends
+    a few seconds before its start)."""
+    return [
+        p
+        for p in faults
+        if p.kind is Kind.PAUSE
+        and p.target == backfill.target
+        and p.at + p.seconds + BACKFILL_LAG <= backfill.at
+        and backfill.at - BACKFILL_LAG - backfill.seconds <= p.at
+    ]
+
+
+def test_the_first_backfill_replays_the_window_a_pause_of_its_schedule_left() -> None:
     for seed in range(50):
-        faults = plan(seed, 30.0)
-        for backfill in (f for f in faults if f.kind is Kind.BACKFILL):
-            pauses = [
+        for duration in (30.0, 180.0):
+            faults = plan(seed, duration)
+            first = next(f for f in faults if f.kind is Kind.BACKFILL)
+            assert covered_pauses(faults, first), (seed, duration, first)
+
+
+def test_a_later_backfill_of_a_paused_schedule_covers_that_pause_too() -> None:
+    seen = 0
+    for seed in range(50):
+        faults = plan(seed)
+        backfills = [f for f in faults if f.kind is Kind.BACKFILL][1:]
+        for backfill in backfills:
+            paused_before = [
                 p
                 for p in faults
-                if p.kind is Kind.PAUSE
-                and p.target == backfill.target
-                and p.at + p.seconds < backfill.at
-                and backfill.at - backfill.seconds <= p.at
+                if p.kind is Kind.PAUSE and p.target == backfill.target and p.at < backfill.at
             ]
-            assert pauses, (seed, backfill)
+            if paused_before:
+                seen += 1
+                assert covered_pauses(faults, backfill), (seed, backfill)
+    assert seen
