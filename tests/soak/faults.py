@@ -45,6 +45,9 @@ class FaultLog:
     """Per schedule name: the operator pauses, from just before the pause was asked to just
     after the unpause was done. Temporal's matching times ignore pauses; these are not due."""
     backfills: list[Result] = field(default_factory=list)
+    paused_by_failure: dict[str, str] = field(default_factory=dict)
+    """Schedules found paused at the end although every operator pause was undone, with
+    Temporal's note (pause_on_failure after a failed run)."""
     problems: list[str] = field(default_factory=list)
     """A fault that could not be carried out (e.g. an unpause that kept failing)."""
 

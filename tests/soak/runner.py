@@ -13,6 +13,7 @@ Order of the end, and why:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -140,11 +141,13 @@ async def run_soak(
         try:
             await asyncio.gather(runner.run(plan), asyncio.sleep(config.duration))
             log.say("faults over; pausing every schedule")
-            ends = await _freeze(client, ids)
+            ends = await _freeze(client, ids, log)
             settled = await _settle(client, task_queue, ids, timeout=config.settle_timeout)
             log.say("runs settled; counting" if settled else "runs did not settle; counting")
         finally:
             supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
         ledgers = await _count(client, database, env, ids, created, ends, log)
         log.say("counted; closing with backfill run over each whole window")
         await _close_with_backfill(env, database, ids, created, ends, ledgers)
@@ -187,12 +190,18 @@ async def _apply(
     }
 
 
-async def _freeze(client: Client, ids: dict[str, str]) -> dict[str, datetime]:
-    """Pause every schedule; the window of each ends where its pause began."""
+async def _freeze(client: Client, ids: dict[str, str], log: FaultLog) -> dict[str, datetime]:
+    """Pause every schedule; the window of each ends where its pause began. A schedule found
+    paused already was paused by a failed run (pause_on_failure): said, since our pause
+    overwrites Temporal's note."""
     ends = {}
     for name, sid in ids.items():
+        handle = client.get_schedule_handle(sid)
+        state = (await handle.describe()).schedule.state
+        if state.paused:
+            log.paused_by_failure[name] = state.note or "paused"
         ends[name] = datetime.now(UTC)
-        await client.get_schedule_handle(sid).pause(note="soak: the window ends here")
+        await handle.pause(note="soak: the window ends here")
     return ends
 
 
@@ -256,6 +265,8 @@ async def _count(
                 lost_to_replays=[r.workflow_id for r in lost if r.schedule_id == sid],
                 notes=_notes(sid, runs),
             )
+            if s.name in log.paused_by_failure:
+                ledger.notes.append(f"found paused at the end: {log.paused_by_failure[s.name]}")
             info = (await client.get_schedule_handle(sid).describe()).info
             ledger.notes.append(
                 f"Temporal: {info.num_actions} actions, {info.num_actions_skipped_overlap} "
