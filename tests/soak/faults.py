@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from tests.faults.worker_process import WorkerProcess
 from tests.soak.plan import BACKFILL_LAG, Fault, Kind
@@ -183,11 +184,24 @@ class FaultRunner:
 
 def backfill_summary(result: Result) -> str:
     """What `backfill run --json` did, in one line; its error when it printed no summary."""
-    try:
-        data = json.loads(result.stdout)
-    except ValueError:
+    data = _json_object(result.stdout)
+    if data is None or "summary" not in data:
         return f"no summary printed: {result.stderr.strip()[-300:]}"
     counts = data.get("summary") or {}
     text = ", ".join(f"{k} {v}" for k, v in counts.items())
     failed = [f"{f['logical_key']}: {f['error']}" for f in data.get("failed", [])]
     return text + "".join(f"; failed {f}" for f in failed[:3])
+
+
+def _json_object(stdout: str) -> dict[str, Any] | None:
+    """The first JSON object that starts a line. The Temporal SDK's core logs its gRPC retries
+    to stdout while a server is down, so `--json` output can come after such lines."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"^\{", stdout, re.MULTILINE):
+        try:
+            data, _ = decoder.raw_decode(stdout, match.start())
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None

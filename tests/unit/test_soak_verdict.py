@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
+from tests.soak.faults import backfill_summary
 from tests.soak.ledger import ScheduleLedger, not_paused, render
 from tests.soak.runs import Run, lost_to_replays
+from tests.support.cli import Result
 
 T0 = datetime(2026, 11, 30, 4, tzinfo=UTC)
 KEYS = {f"s@{i}" for i in range(4)}
@@ -113,3 +115,16 @@ def test_a_live_fire_that_did_not_lose_to_a_replay_is_not_counted(live: Run) -> 
 def test_a_replay_skipped_behind_another_replay_is_no_live_loss() -> None:
     other = run("s@older", 12, 13, replay=True, outcome="overlap-locked", held_by="s@old")
     assert lost_to_replays([REPLAY, other]) == []
+
+
+def test_a_backfill_summary_is_read_past_the_temporal_cores_retry_lines_on_stdout() -> None:
+    stdout = (
+        "2026-11-30T21:48:00Z  WARN temporalio_client::retry: gRPC call retried 5 times {x}\n"
+        '{\n  "summary": {"replayed": 1, "failed": 1},\n'
+        '  "failed": [{"logical_key": "s@1", "error": "Temporal refused the replay"}]\n}\n'
+    )
+    summary = backfill_summary(Result(1, stdout, ""))
+    assert summary == "replayed 1, failed 1; failed s@1: Temporal refused the replay"
+    assert backfill_summary(Result(1, "", "error: cannot reach Temporal")) == (
+        "no summary printed: error: cannot reach Temporal"
+    )
