@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+CHECKOV := checkov==3.3.30
 
 .PHONY: dev test lint typecheck unit faults soak bench clean-state
 
@@ -14,16 +15,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# checkov (the IaC scanner test_deploy.py runs) in a virtualenv of its own: it pins packaging<24
+# and brings ~80 packages that would clash with the dev tools. Only the tests need it, so
+# `make dev` does not wait for it.
+CHECKOV_STAMP := $(VENV)/tools/checkov/.installed-stamp
+$(CHECKOV_STAMP): Makefile
+	$(PYTHON) -m venv $(VENV)/tools/checkov
+	$(VENV)/tools/checkov/bin/python -m pip install --quiet $(CHECKOV)
+	@touch $(CHECKOV_STAMP)
+
 dev: $(STAMP)
 	$(BIN)/cronwarden dev $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(CHECKOV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-unit: $(STAMP)
+unit: $(STAMP) $(CHECKOV_STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # The fault suite alone (it is part of `make test` too).

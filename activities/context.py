@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -12,6 +13,8 @@ from typing import Any
 import asyncpg
 import structlog
 from temporalio import activity
+
+from store.runs import SET_MARKER
 
 _CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
@@ -29,6 +32,7 @@ class RunContext:
         attempt: int,
         args: Any,
         log: structlog.typing.FilteringBoundLogger,
+        before_transaction: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.schedule_id = schedule_id
         self.fire_time = fire_time
@@ -44,6 +48,10 @@ class RunContext:
         self.block_exited_at: float | None = None
         self.abandoned = False
         """The block raised and rolled back (the job may have caught the error)."""
+        self._before_transaction = before_transaction
+        self.marker: str | None = None
+        """Set local to the job's transaction: the commit statement checks it is still there,
+        so a job that committed it and began another cannot commit the outbox record."""
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
@@ -53,14 +61,22 @@ class RunContext:
                 "commit together with its outbox record"
             )
         self._entered = True
+        if self._before_transaction is not None:
+            # Network waits (the next fires' look-up) happen here, never once BEGIN has run.
+            await self._before_transaction()
         conn = await self._pool.acquire()
         tx = conn.transaction()
+        marker = uuid.uuid4().hex
         try:
             await tx.start()
+            await conn.execute(SET_MARKER, marker)
         except BaseException:
+            with contextlib.suppress(*_CONNECTION_ERRORS):
+                if conn.is_in_transaction():
+                    await tx.rollback()
             await self._release(conn)
             raise
-        self.conn, self._tx = conn, tx
+        self.conn, self._tx, self.marker = conn, tx, marker
         try:
             yield conn
         except BaseException:

@@ -26,13 +26,19 @@ COMMIT_FAILED = "CommitFailed"
 OVERLAP_TIMEOUT = "OverlapTimeout"
 NO_FIRE_TIME = "NoFireTime"
 JOB_FAILED = "JobFailed"
-NON_RETRYABLE_TYPES = [UNKNOWN_JOB, INVALID_ARGS, INVALID_RESULT]
+# The job ended the transaction `ctx.transaction()` opened: retrying could apply its writes twice.
+TRANSACTION_ENDED = "TransactionEndedByJob"
+NON_RETRYABLE_TYPES = [UNKNOWN_JOB, INVALID_ARGS, INVALID_RESULT, TRANSACTION_ENDED]
 
 # The start of the schedule note a worker leaves when it pauses a schedule whose job it does not
 # have; `status` recognises orphaned schedules by it.
 ORPHAN_NOTE_PREFIX = "paused by cronwarden: job "
 
 KEY_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+# The schedule action's memo key holding the definition digest `schedules apply` wrote; the
+# worker reads it back from a described schedule to know which definition its times belong to.
+DIGEST_MEMO = "cronwarden_digest"
 
 
 def logical_key(schedule_id: str, fire_time: datetime) -> str:
@@ -65,8 +71,20 @@ class GuardedRunInput:
     lock_name: str
     lock_ttl_seconds: float
     heartbeat_grace_seconds: float
+    definition_digest: str = ""
+    """The digest of the schedule definition this run was fired from (empty: unknown)."""
     replay: bool = False
     """A `backfill run` replay of a past fire, not the schedule's live fire."""
+    lock_wait_seconds: float = 0.0
+    """How long this run may wait for the lease (it waits behind a replay, and for any holder
+    when `wait_for_any`) before ending `overlap-locked`."""
+    wait_for_any: bool = False
+    """Wait whoever holds the lease (buffer_one fires, replays); else only behind a replay."""
+    per_key_lease: bool = False
+    """`lock_name` names this fire time's own lease (allow_all), not one the schedule reuses."""
+    timeout_seconds: float | None = None
+    """The job's own timeout, for the lease's run deadline (the activity's start-to-close also
+    covers the wait for the lease)."""
 
 
 @dataclass

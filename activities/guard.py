@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -21,6 +21,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import next_fires
 from activities.context import RunContext
 from activities.contract import (
     ALREADY_DONE,
@@ -33,6 +34,7 @@ from activities.contract import (
     OVERLAP_LOCKED,
     RAN,
     RUN_GUARDED,
+    TRANSACTION_ENDED,
     UNKNOWN_JOB,
     UNKNOWN_JOB_HERE,
     GuardedRunInput,
@@ -40,6 +42,7 @@ from activities.contract import (
     parse_fire_time,
 )
 from activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
+from activities.lease import LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from store import heartbeats, locks, outbox
 from store.pool import own_statements
@@ -77,6 +80,7 @@ class GuardedRun:
         self._registry = registry
         self._client = client
         self._worker = worker_identity
+        self._next_fires = next_fires.NextFireCache(client, timeout=DESCRIBE_TIMEOUT)
 
     @activity.defn(name=RUN_GUARDED)
     async def run_guarded(self, inp: GuardedRunInput) -> RunOutcome:
@@ -99,9 +103,9 @@ class GuardedRun:
         # number decides between two of them (see store/locks.py).
         holder = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
 
-        async with own_statements(self._pool) as conn:
-            got = await locks.acquire(
-                conn,
+        got = await acquire_lease(
+            self._pool,
+            LeaseRequest(
                 name=inp.lock_name,
                 holder=holder,
                 attempt=info.attempt,
@@ -109,16 +113,28 @@ class GuardedRun:
                 logical_key=inp.logical_key,
                 schedule_id=inp.schedule_id,
                 run_deadline_seconds=_run_deadline_seconds(info, inp),
-            )
+                replay=inp.replay,
+                wait_for_any=inp.wait_for_any,
+                wait_seconds=inp.lock_wait_seconds,
+                per_key=inp.per_key_lease,
+            ),
+            log=log,
+            heartbeat=activity.heartbeat,
+        )
         if got.already_done:
             return self._already_done(inp, got.done_args_digest, info.attempt, log)
         if got.token is None:
             log.info("run.overlap-locked", lock=inp.lock_name, held_by=got.held_for)
+            if not inp.replay:
+                await self._record_lease_skip(inp, got.held_for, log)
             return RunOutcome(
                 OVERLAP_LOCKED, inp.logical_key, attempt=info.attempt, held_by=got.held_for
             )
         token = got.token
         log = log.bind(fencing_token=token)
+        if not inp.replay:
+            # Looked up while the job runs, and waited for before any transaction opens.
+            self._next_fires.refresh_if_needed(inp.schedule_id, inp.definition_digest)
         ctx = RunContext(
             pool=self._pool,
             schedule_id=inp.schedule_id,
@@ -127,6 +143,7 @@ class GuardedRun:
             attempt=info.attempt,
             args=args,
             log=log,
+            before_transaction=self._before_transaction(inp),
         )
         record = CommitRecord(
             lock_name=inp.lock_name,
@@ -140,11 +157,22 @@ class GuardedRun:
             args_digest=inp.args_digest,
             workflow_id=info.workflow_id,
             run_id=info.workflow_run_id,
-            next_expected_at=None,
             grace=timedelta(seconds=inp.heartbeat_grace_seconds),
             write_heartbeat=True,
+            replay=inp.replay,
         )
         return await self._holding_lease(inp, spec, ctx, record, log)
+
+    async def _record_lease_skip(self, inp: GuardedRunInput, held_by: str | None, log: Any) -> None:
+        """A live fire skipped at the lease (not by Temporal's overlap policy): counted on the
+        heartbeat row with the holder, so audit and status show it instead of a silent success."""
+        try:
+            async with own_statements(self._pool) as conn:
+                await heartbeats.record_lease_skip(
+                    conn, schedule_id=inp.schedule_id, logical_key=inp.logical_key, holder=held_by
+                )
+        except _DB_ERRORS as exc:
+            log.warning("run.record-lease-skip-failed", error=str(exc))
 
     async def _holding_lease(
         self,
@@ -190,13 +218,19 @@ class GuardedRun:
                     log.warning("run.transaction-held-after-block", seconds=round(held, 3))
 
             phase = "commit"
-            next_expected, schedule_exists = await self._next_expected(inp.schedule_id, log)
+            fires = await self._next_fires_known(inp, ctx)
             record = replace(
                 record,
                 result=result,
-                next_expected_at=next_expected,
-                write_heartbeat=schedule_exists,
+                next_fire_times=fires.times,
+                times_digest=fires.digest,
+                write_heartbeat=fires.exists,
+                transaction_marker=ctx.marker,
             )
+            if ctx.in_transaction and not ctx.conn.is_in_transaction():
+                # The job ended the transaction itself (a COMMIT, ROLLBACK or script): its
+                # writes may have landed without the outbox record. Never write the record.
+                raise _transaction_ended(inp, log)
             committed = await self._commit(ctx, record)
         except asyncio.CancelledError:
             await ctx.rollback()
@@ -239,15 +273,29 @@ class GuardedRun:
     async def _finish(
         self, inp: GuardedRunInput, record: CommitRecord, committed: CommitOutcome, log: Any
     ) -> RunOutcome:
+        if not committed.own_transaction:
+            raise _transaction_ended(inp, log)
         if not committed.fenced:
             raise self._lease_lost(log)
+        if not record.replay:
+            self._next_fires.used(
+                inp.schedule_id,
+                fires_ahead=committed.fires_ahead,
+                accepted=committed.times_accepted,
+                grace=record.grace,
+            )
         if not committed.recorded:
             # Someone committed this key between our check and our commit; the job's writes
             # were rolled back with our transaction, and the lease is released.
             async with own_statements(self._pool) as conn:
                 digest = await outbox.done_digest(conn, inp.logical_key)
             return self._already_done(inp, digest, record.attempt, log)
-        log.info("run.committed", next_expected_at=_iso(record.next_expected_at))
+        log.info(
+            "run.committed",
+            replay=record.replay,
+            cached_fires_ahead=committed.fires_ahead,
+            cached_fires_accepted=committed.times_accepted,
+        )
         return _ran(record)
 
     async def _after_failed_commit(
@@ -351,10 +399,11 @@ class GuardedRun:
             if outcome.fenced and outcome.recorded:
                 await ctx.commit()
                 return outcome
-            # Lease lost or key done meanwhile: the job's writes must not land. The rollback
-            # also undoes the commit statement's release, so release on its own.
+            # Lease lost, key done meanwhile, or the job ended our transaction and began another
+            # (the statement's marker check wrote nothing): the job's writes must not land. The
+            # rollback also undoes the commit statement's release, so release on its own.
             await ctx.rollback()
-            if outcome.fenced:
+            if outcome.fenced or not outcome.own_transaction:
                 await self._release(record, None)
             return outcome
         async with own_statements(self._pool) as conn:
@@ -410,22 +459,23 @@ class GuardedRun:
                 log.warning("run.release-failed", error=str(exc))
             return None
 
-    async def _next_expected(self, schedule_id: str, log: Any) -> tuple[datetime | None, bool]:
-        """The schedule's next fire time, as Temporal computes it (we never evaluate specs)."""
-        if self._client is None:
-            return None, True
-        try:
-            desc = await self._client.get_schedule_handle(schedule_id).describe(
-                rpc_timeout=DESCRIBE_TIMEOUT
-            )
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND:
-                # A replay for a deleted schedule: its heartbeat row is gone on purpose.
-                return None, False
-            log.warning("run.next-expected-unknown", error=str(exc))
-            return None, True
-        times = desc.info.next_action_times
-        return (times[0] if times else None), True
+    def _before_transaction(self, inp: GuardedRunInput) -> Callable[[], Awaitable[None]] | None:
+        """What `ctx.transaction()` waits for before BEGIN: the look-up of the next fires, so
+        no network wait ever happens while the job's transaction holds its row locks."""
+        if inp.replay:
+            return None
+        return lambda: self._next_fires.settled(inp.schedule_id)
+
+    async def _next_fires_known(
+        self, inp: GuardedRunInput, ctx: RunContext
+    ) -> next_fires.NextFires:
+        """The cached next fire times for the commit statement (a replay takes none)."""
+        if inp.replay:
+            return next_fires.UNKNOWN
+        if not ctx.in_transaction:
+            # No transaction is open yet: the commit statement runs alone, after the look-up.
+            await self._next_fires.settled(inp.schedule_id)
+        return self._next_fires.get(inp.schedule_id)
 
     def _already_done(
         self, inp: GuardedRunInput, digest: str | None, attempt: int, log: Any
@@ -476,9 +526,22 @@ def _ran(record: CommitRecord) -> RunOutcome:
 
 def _run_deadline_seconds(info: activity.Info, inp: GuardedRunInput) -> float | None:
     """How long this attempt may hold the lease before the monitor pages: timeout + grace."""
+    if inp.timeout_seconds is not None:
+        # The activity's start-to-close also covers the wait for the lease, over by now.
+        return inp.timeout_seconds + inp.heartbeat_grace_seconds
     timeout = info.start_to_close_timeout
     return timeout.total_seconds() + inp.heartbeat_grace_seconds if timeout else None
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
+def _transaction_ended(inp: GuardedRunInput, log: Any) -> ApplicationError:
+    log.error("run.transaction-ended-by-job", job=inp.job)
+    # Not retryable: writes the job committed itself may have landed, and a retry would apply
+    # them again. The run fails loudly; the key stays uncommitted and `backfill plan` lists it.
+    return ApplicationError(
+        f"job '{inp.job}' ended the run's transaction itself (a COMMIT or ROLLBACK inside "
+        f"ctx.transaction(), or a script containing one) while running {inp.logical_key}; "
+        "the outbox record was not written and the lease is released. Remove that statement: "
+        "the guard commits the job's writes together with the outbox record",
+        type=TRANSACTION_ENDED,
+        non_retryable=True,
+    )

@@ -42,7 +42,13 @@ class JobContext(Protocol):
     log: structlog.typing.FilteringBoundLogger
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
-        """The asyncpg connection inside the run's commit transaction. Enter it at most once."""
+        """The asyncpg connection inside the run's commit transaction. Enter it at most once.
+
+        Never end that transaction from inside the block (`COMMIT`, `ROLLBACK`, a script
+        containing one): the guard detects it before its commit statement, fails the attempt
+        without retry naming the job, writes no outbox record and releases the lease.
+        Savepoints (`async with conn.transaction():` nested inside) are fine.
+        """
         ...
 
     async def heartbeat(self, details: Any = None) -> None:

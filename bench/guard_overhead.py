@@ -10,7 +10,9 @@ Round trips are counted on the wire (bench/pgwire.py: a proxy in front of Postgr
 guarded no-op runs made one after another, after a warm-up, so asyncpg's one-off statement
 preparations are left out; the job makes no statement, so every round trip is the guard's.
 Temporal DescribeSchedule calls made by the guard (for the heartbeat's next expected fire) are
-counted beside them with a client interceptor.
+counted beside them with a client interceptor, in steady state: the warm-up runs one run per
+schedule first, so each worker cache of next action times is filled (a describe returns several
+times; the worker asks again only when they run out, see activities/next_fires.py).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ START_CONCURRENCY = 64
 RATIO_GOAL = 0.8
 ROUND_TRIP_GOAL = 4
 ROUND_TRIP_RUNS = 20
+DESCRIBE_GOAL = 0.1
 RUN_TIMEOUT = timedelta(minutes=10)
 
 # Which guard statement a round trip ran, by a fragment of its SQL.
@@ -148,7 +151,12 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
             met=None if quick else per_run <= ROUND_TRIP_GOAL,
         ),
         Row("  of which", breakdown or "-"),
-        Row("Temporal DescribeSchedule calls per guarded run", f"{describes / ROUND_TRIP_RUNS:g}"),
+        Row(
+            "Temporal DescribeSchedule calls per guarded run (steady state, cached next fires)",
+            f"{describes / ROUND_TRIP_RUNS:g}",
+            goal=f"<= {DESCRIBE_GOAL}",
+            met=None if quick else describes / ROUND_TRIP_RUNS <= DESCRIBE_GOAL,
+        ),
     ]
 
 
@@ -183,7 +191,7 @@ class _Runner:
         return lambda: self._client.start_workflow(
             ScheduledRunWorkflow.run,
             guarded_input(schedule_id, fire, lock_name=f"bench:{serial}"),
-            id=f"{schedule_id}-replay-{fire:%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:6]}",
+            id=f"{schedule_id}~replay-{fire:%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:6]}",
             task_queue=self._task_queue,
         )
 
@@ -231,7 +239,8 @@ async def count_round_trips(
         runner = _Runner(stack.client, task_queue, schedule_ids)
         runner._serial = 10_000_000  # keys apart from the throughput rounds'
         async with _both(client, pool, task_queue):
-            for _ in range(3):
+            # One per schedule: every cache entry is warm before counting.
+            for _ in range(SCHEDULES):
                 await runner.burst("guarded", 1)
             proxy.reset()
             describes.calls = 0

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
-from cronwarden.cli_support import load_settings, out, run_command
+from cronwarden.cli_support import duration_flag, load_settings, out, run_command
+from cronwarden.config import DEV_STATE_DIR
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import configure as configure_logging
 from monitor.cli import monitor_command
@@ -60,7 +62,13 @@ def migrate(
     ] = False,
     wait: Annotated[
         float,
-        typer.Option(min=0, help="With --check: wait up to this many seconds for them to land."),
+        typer.Option(
+            parser=duration_flag(),
+            metavar="DURATION",
+            show_default=False,
+            help="With --check: wait up to this long for them to land, 0s unless given (30s, "
+            "5m; a bare number is seconds).",
+        ),
     ] = 0.0,
 ) -> None:
     """Apply pending database migrations (safe to run from several replicas at once)."""
@@ -127,7 +135,7 @@ def worker(
 def dev(
     state_dir: Annotated[
         Path, typer.Option(help="Where the stack keeps its data between runs.")
-    ] = Path(".cronwarden"),
+    ] = DEV_STATE_DIR,
     temporal_port: Annotated[int, typer.Option(help="Temporal frontend (gRPC) port.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal Web UI port.")] = 8233,
     postgres_port: Annotated[int, typer.Option(help="Postgres port.")] = 55432,
@@ -157,9 +165,28 @@ def dev(
     run_command(lambda: run_dev(options, console=out))
 
 
+def _hide_flag_types(command: TyperCommand | TyperGroup) -> None:
+    """Typer labels every option with its type, flags too: `--json <bool>` reads as if the flag
+    took a value. A flag's metavar is what the help shows instead; an empty one shows nothing."""
+    ctx = command.context_class(command)
+    for param in command.get_params(ctx):  # with --help, which is created on demand
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _hide_flag_types(sub)
+
+
+def command() -> TyperGroup:
+    """The `cronwarden` command as it runs: typer's, with the help cleaned up."""
+    root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)
+    _hide_flag_types(root)
+    return root
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv)
+        command()(args=argv)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

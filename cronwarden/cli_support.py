@@ -7,20 +7,55 @@ Exit codes: 0 ok, 1 operation failed, 2 invalid input or usage. Every expected f
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import contextlib
+import math
+import os
+import re
+import signal
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
 
-from cronwarden.config import Settings, settings_error_message
-from cronwarden.errors import CronwardenError, InvalidInput
+from cronwarden.config import (
+    DEFAULT_DATABASE_URL,
+    DEV_ENV_FILE,
+    Settings,
+    settings_error_message,
+)
+from cronwarden.errors import CronwardenError, DatabaseUnreachable, InvalidInput
+from cronwarden.redact import redact
+from schedules.durations import parse_duration
 
 T = TypeVar("T")
+_ZERO = re.compile(r"0+[smhd]")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class _Console(Console):
+    """rich's console, with every secret of the process blanked out of what it writes."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # The one point every print, table and JSON dump passes through as plain text.
+        return redact(super()._render_buffer(buffer))
+
+    def on_broken_pipe(self) -> None:
+        """The reader went away (`cronwarden dev | tee dev.log`, then Ctrl-C kills tee too).
+        rich would raise SystemExit(1) from inside print(): a finally block that reports what
+        it stops would then skip the stopping (Temporal was left running). Go quiet instead,
+        and point the stream at /dev/null so later plain writes to it succeed too: the command
+        finishes its work and keeps its own exit code."""
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            os.close(devnull)
+
+
+out = _Console(highlight=False, soft_wrap=True)
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def load_settings() -> Settings:
@@ -32,9 +67,82 @@ def load_settings() -> Settings:
         raise InvalidInput(f"invalid configuration: {settings_error_message(exc)}") from exc
 
 
+def duration_flag(*, minimum: float = 0.0) -> Callable[[str | float], float]:
+    """The parser of a duration flag: `5s`, `2m`, `1h`, `1d` as in schedule files, or a bare
+    number of seconds, which is what these flags took before they had units. Gives seconds."""
+
+    def parse(value: str | float) -> float:
+        if isinstance(value, int | float):  # the flag's default
+            seconds = float(value)
+        else:
+            text = value.strip()
+            try:
+                seconds = float(text)
+            except ValueError:
+                try:
+                    # parse_duration refuses zero (a schedule's durations never are); a wait is.
+                    seconds = 0.0 if _ZERO.fullmatch(text) else parse_duration(text).total_seconds()
+                except ValueError:
+                    raise typer.BadParameter(
+                        f"'{value}' is not a duration: write 30s, 5m, 1h, 1d or a number of seconds"
+                    ) from None
+        if not math.isfinite(seconds):
+            raise typer.BadParameter(f"'{value}' is not a duration")
+        if seconds < minimum:
+            raise typer.BadParameter(f"'{value}' is shorter than the minimum, {minimum:g}s")
+        return seconds
+
+    return parse
+
+
 def fail(message: str, code: int) -> typer.Exit:
     err.print(f"[bold red]error:[/] {escape(message)}", markup=True)
     return typer.Exit(code)
+
+
+def _dev_hint(dsn: str) -> str:
+    # The usual cause: a second shell beside `cronwarden dev`, whose Postgres is on another
+    # port, without the settings dev wrote for it.
+    if dsn != DEFAULT_DATABASE_URL:
+        return ""
+    return (
+        "; CRONWARDEN_DATABASE_URL is not set, so that is the default. For the stack "
+        f"`cronwarden dev` runs, load its settings first: set -a; . {DEV_ENV_FILE}; set +a"
+    )
+
+
+# 128 + SIGTERM, what a shell reports for a process the signal ended.
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class _Terminated(Exception):
+    pass
+
+
+async def _stoppable(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """`make()`, cancelled by SIGTERM. A container's entrypoint is PID 1, and the kernel gives
+    PID 1 no default action for SIGTERM: without a handler `kubectl delete`, a rollout or a
+    node drain would wait out the whole grace period on an init container's `migrate --check
+    --wait`, then SIGKILL it. Commands that stop gracefully (worker, monitor, dev) install their
+    own handler in its place while they run."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        terminated = True
+        task.cancel()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        return await make()
+    except asyncio.CancelledError:
+        if terminated:
+            raise _Terminated from None
+        raise
 
 
 def run_command(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -43,7 +151,11 @@ def run_command(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     from temporalio.service import RPCError
 
     try:
-        return asyncio.run(make())
+        return asyncio.run(_stoppable(make))
+    except _Terminated:
+        raise typer.Exit(EXIT_TERMINATED) from None
+    except DatabaseUnreachable as exc:
+        raise fail(str(exc) + _dev_hint(exc.dsn), exc.exit_code) from None
     except CronwardenError as exc:
         raise fail(str(exc), exc.exit_code) from None
     # A server that was reachable and then refused or broke off mid-operation: still one

@@ -2,15 +2,68 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
-from typing import Self
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Self
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from cronwarden import redact
+from cronwarden.errors import InvalidInput
 
 DEFAULT_TASK_QUEUE = "cronwarden"
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/cronwarden"
+# Where `cronwarden dev` keeps its stack by default, and the settings file it writes there for a
+# second shell.
+DEV_STATE_DIR = Path(".cronwarden")
+DEV_ENV_FILE = DEV_STATE_DIR / "env"
+
+
+# Settings that may come from a file named by `CRONWARDEN_<NAME>_FILE` (a mounted Kubernetes
+# Secret): every one that is, or may carry, a credential.
+FILE_SETTINGS = (
+    "database_url",
+    "temporal_api_key",
+    "alert_webhook_url",
+    "alert_webhook_secret",
+    "slack_webhook_url",
+    "pagerduty_routing_key",
+    "monitor_ping_url",
+)
+
+
+class SecretFileSource(PydanticBaseSettingsSource):
+    """`CRONWARDEN_<NAME>_FILE=/path`: the setting is the file's content, surrounding whitespace
+    (the newline `echo` leaves) dropped. It wins over `CRONWARDEN_<NAME>`, so a stale variable
+    left in a pod's environment cannot shadow the mounted Secret."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every file itself
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name in FILE_SETTINGS:
+            variable = f"CRONWARDEN_{name.upper()}_FILE"
+            path = os.environ.get(variable)
+            if not path:
+                continue
+            try:
+                found[name] = Path(path).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise InvalidInput(
+                    f"invalid configuration: {variable} names {path}, which cannot be read "
+                    f"({reason}); is the Secret mounted there?"
+                ) from None
+        return found
 
 
 class Settings(BaseSettings):
@@ -83,6 +136,26 @@ class Settings(BaseSettings):
     monitor_database_timeout_seconds: float = Field(default=30.0, gt=0)
     """A monitor pass whose database work takes longer counts as "cannot reach the database"."""
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        files = SecretFileSource(settings_cls)
+        return init_settings, files, env_settings, dotenv_settings, file_secret_settings
+
+    @model_validator(mode="before")
+    @classmethod
+    def _remember_secrets(cls, data: Any) -> Any:
+        # Before validation: a value refused below must not be quotable either.
+        if isinstance(data, dict):
+            redact.remember(secret_values(data))
+        return data
+
     @model_validator(mode="after")
     def _temporal_tls_is_consistent(self) -> Self:
         if bool(self.temporal_tls_cert) != bool(self.temporal_tls_key):
@@ -114,6 +187,10 @@ class Settings(BaseSettings):
                     f"CRONWARDEN_{name} must be an http:// or https:// URL with a host "
                     "(its value is not shown: it may carry a token)"
                 )
+        try:
+            dsn_url(self.database_url.get_secret_value())
+        except ValueError as exc:
+            raise ValueError(f"CRONWARDEN_DATABASE_URL {exc}") from None
         if self.payload_codec is not None:
             module, _, attr = self.payload_codec.partition(":")
             if not module.strip() or not attr.strip():
@@ -124,7 +201,8 @@ class Settings(BaseSettings):
 
     @property
     def dsn(self) -> str:
-        return self.database_url.get_secret_value()
+        """The DSN as a URL, whichever form it was given in (asyncpg reads only URLs)."""
+        return dsn_url(self.database_url.get_secret_value())
 
     def job_modules(self) -> list[str]:
         return [m.strip() for m in self.jobs.split(",") if m.strip()]
@@ -151,27 +229,121 @@ def settings_error_message(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def redact_dsn(dsn: str) -> str:
-    """The DSN with any password replaced, safe for logs and error messages."""
+# Settings whose whole value is a secret, and those that are URLs which may carry one.
+_SECRET_FIELDS = ("temporal_api_key", "alert_webhook_secret", "pagerduty_routing_key")
+_SECRET_URL_FIELDS = ("alert_webhook_url", "slack_webhook_url", "monitor_ping_url")
+
+
+def secret_values(data: dict[str, Any]) -> list[str | None]:
+    """Every secret in raw settings input: whole tokens, URLs that carry one (and their path,
+    which an HTTP error may quote alone), and the DSN's password in any of its spellings."""
+
+    def text(name: str) -> str | None:
+        value = data.get(name)
+        if isinstance(value, SecretStr):
+            return value.get_secret_value()
+        return value if isinstance(value, str) else None
+
+    found = [text(name) for name in _SECRET_FIELDS]
+    for name in _SECRET_URL_FIELDS:
+        url = text(name)
+        if url:
+            found.append(url)
+            try:
+                parts = urlsplit(url)
+            except ValueError:
+                continue
+            found.append(urlunsplit(("", "", parts.path, parts.query, "")))
+    dsn = text("database_url")
+    if dsn:
+        password = dsn_password(dsn)
+        found += [password, quote(password or "", safe="")]
+    return found
+
+
+_KEYWORD_PAIR = re.compile(r"\s*(\w+)\s*=\s*(?:'((?:[^'\\]|\\.)*)'|((?:[^\s'\\]|\\.)+))")
+# libpq keywords that have a place in a URL's authority and path; the rest become parameters.
+_URL_PARTS = {"host", "hostaddr", "port", "user", "password", "dbname"}
+
+
+def _keyword_pairs(dsn: str) -> dict[str, str]:
+    """libpq's `key=value key='quoted value'` form, as a dict."""
+    pairs: dict[str, str] = {}
+    pos = 0
+    while dsn[pos:].strip():
+        match = _KEYWORD_PAIR.match(dsn, pos)
+        if match is None:
+            raise ValueError(
+                "is neither a postgresql:// URL nor libpq key=value pairs "
+                "(its value is not shown: it may carry a password)"
+            )
+        raw = match[2] if match[2] is not None else match[3]
+        pairs[match[1]] = re.sub(r"\\(.)", r"\1", raw)
+        pos = match.end()
+    return pairs
+
+
+def _is_url(dsn: str) -> bool:
+    return "://" in dsn
+
+
+def dsn_url(dsn: str) -> str:
+    """`dsn` as a postgresql:// URL; a libpq keyword DSN (`host=db password=…`) is converted."""
+    if _is_url(dsn):
+        return dsn
+    pairs = _keyword_pairs(dsn)
+    user = quote(pairs.get("user", ""), safe="")
+    password = pairs.get("password")
+    auth = user + (f":{quote(password, safe='')}" if password is not None else "")
+    host = pairs.get("host") or pairs.get("hostaddr", "")
+    port = pairs.get("port")
+    netloc = (f"{auth}@" if auth else "") + quote(host, safe=",") + (f":{port}" if port else "")
+    params = {k: v for k, v in pairs.items() if k not in _URL_PARTS}
+    path = "/" + quote(pairs.get("dbname", ""), safe="")
+    return urlunsplit(("postgresql", netloc, path, urlencode(params), ""))
+
+
+def dsn_password(dsn: str) -> str | None:
+    """The password a DSN carries, in its authority, its `?password=` or its keyword form."""
     try:
+        if not _is_url(dsn):
+            return _keyword_pairs(dsn).get("password")
         parts = urlsplit(dsn)
+        query = parse_qs(parts.query).get("password")
+        if query:
+            return query[0]
+        return unquote(parts.password) if parts.password else None
+    except ValueError:
+        return None
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN (as a URL) with any password replaced, safe for logs and error messages."""
+    try:
+        parts = urlsplit(dsn_url(dsn))
     except ValueError:
         return "<unparseable DSN>"
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.rsplit("@", 1)
-    user = parts.username or ""
-    redacted = f"{user}:***@{netloc[-1]}" if len(netloc) == 2 else parts.netloc
-    return urlunsplit(parts._replace(netloc=redacted))
+    query = urlencode(
+        [(k, redact.MASK if k == "password" else v) for k, v in _query_pairs(parts.query)],
+        safe="*",
+    )
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:{redact.MASK}@{netloc.rsplit('@', 1)[-1]}"
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _query_pairs(query: str) -> list[tuple[str, str]]:
+    return [(k, v) for k, values in parse_qs(query, keep_blank_values=True).items() for v in values]
 
 
 def describe_dsn(dsn: str) -> str:
-    """Where a DSN points, for a one-sentence error: host:port/database (user), no password."""
+    """Where a DSN points, for a one-sentence error: host:port/database, no password."""
     try:
-        parts = urlsplit(dsn)
+        parts = urlsplit(dsn_url(dsn))
         host = parts.hostname or "localhost"
         port = parts.port or 5432
     except ValueError:
         return "<unparseable DSN>"
-    db = parts.path.lstrip("/") or (parts.username or "postgres")
+    db = unquote(parts.path.lstrip("/")) or unquote(parts.username or "postgres")
     return f"{host}:{port}/{db}"

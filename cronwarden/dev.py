@@ -8,7 +8,13 @@ Temporal stops, then Postgres).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import shlex
+import shutil
+import signal
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -17,9 +23,10 @@ from rich.console import Console
 
 from activities.jobs import import_job_modules
 from cronwarden import temporal
-from cronwarden.config import Settings
+from cronwarden.config import DEV_ENV_FILE, Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
 from cronwarden.errors import InvalidInput
+from cronwarden.logs import get_logger
 from cronwarden.worker_runtime import pool_size, run_worker
 from monitor.loop import run_monitor
 from schedules.apply import apply_definitions
@@ -32,6 +39,10 @@ DATABASE = "cronwarden"
 DEV_SETUP_SQL = "DEV_SETUP_SQL"
 # Seconds between two monitor passes: quick enough to see a page while trying things out.
 DEV_MONITOR_INTERVAL = 5.0
+# Ctrl-C, a service manager's stop, and the terminal closing.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -80,7 +91,89 @@ async def _run_setup_sql(settings: Settings) -> None:
         await conn.close()
 
 
+def cli_command() -> str:
+    """How another shell runs this same cronwarden, as typed: the bare name only when PATH
+    finds this very script (`make dev` runs the venv's, which is usually not on PATH)."""
+    script = Path(sys.executable).parent / "cronwarden"
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m cronwarden"
+    found = shutil.which("cronwarden")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "cronwarden"
+    return shlex.quote(str(script))
+
+
+class _StopSignals:
+    """What Ctrl-C, SIGTERM and SIGHUP (the terminal closing) do, whatever phase `dev` is in.
+
+    Every one of them means "stop everything, in order", and none may cut that stop short: a
+    second signal, or the default action of SIGTERM/SIGHUP (instant death), would leave Temporal
+    and Postgres running in their own process groups. So the three are routed through the event
+    loop for the whole run, and never interrupt synchronous code: while starting they cancel the
+    start (a server being started finishes its start, then the finally blocks stop it); once
+    the worker runs they set its stop event; while stopping they are only noted.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.stop = asyncio.Event()
+        self.received: signal.Signals | None = None
+        self._worker_running = False
+
+    def install(self) -> None:
+        for sig in STOP_SIGNALS:
+            self.loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def uninstall(self) -> None:
+        for sig in STOP_SIGNALS:
+            self.loop.remove_signal_handler(sig)
+
+    @contextlib.contextmanager
+    def worker_running(self) -> Iterator[None]:
+        self._worker_running = True
+        try:
+            yield
+        finally:
+            self._worker_running = False
+            # run_worker's own handlers for SIGINT/SIGTERM are gone now, and it restored the
+            # defaults: take the signals back before anything else can arrive.
+            self.install()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self.received is not None:
+            log.info("dev.still-stopping", signal=sig.name)
+            return
+        self.received = sig
+        log.info("dev.stopping", signal=sig.name)
+        if self._worker_running:
+            self.stop.set()
+        elif self.task is not None:
+            self.task.cancel()
+
+
+def _say(console: Console, text: str) -> None:
+    # `make dev | tee dev.log`: Ctrl-C kills tee too, and a print to its pipe raises
+    # BrokenPipeError; in a finally block that would skip the stops that follow it.
+    with contextlib.suppress(OSError, ValueError):
+        console.print(text, markup=True)
+
+
 async def run_dev(options: DevOptions, *, console: Console) -> None:
+    signals = _StopSignals()
+    signals.install()
+    try:
+        await _run_stack(options, console=console, signals=signals)
+    except asyncio.CancelledError:
+        if signals.received is None:
+            raise
+        # Stopped while starting: everything that had started is stopped again.
+        raise KeyboardInterrupt from None
+    finally:
+        signals.uninstall()
+
+
+async def _run_stack(options: DevOptions, *, console: Console, signals: _StopSignals) -> None:
     state = options.state_dir
     state.mkdir(parents=True, exist_ok=True)
     schedules_file = _schedules_path(options.schedules_file)
@@ -103,15 +196,15 @@ async def run_dev(options: DevOptions, *, console: Console) -> None:
         db_file=state / "temporal.db",
         log_file=state / "temporal.log",
     )
-    # The servers start synchronously, on purpose: a Ctrl-C during a start then interrupts the
-    # start itself (which stops a half-started server), and the finally blocks below see every
-    # server that did start. A start in a worker thread would outlive the interrupt.
+    # The servers start synchronously, on purpose: a stop signal during a start lets that start
+    # finish (or fail and clean up after itself), and the finally blocks below then see every
+    # server that did start. A start in a worker thread would outlive the cancellation.
     try:
-        console.print(f"starting Postgres on 127.0.0.1:{options.postgres_port} …")
+        _say(console, f"starting Postgres on 127.0.0.1:{options.postgres_port} …")
         postgres.start()
         postgres.create_database(DATABASE)
         try:
-            console.print(f"starting Temporal on {server.address} …")
+            _say(console, f"starting Temporal on {server.address} …")
             server.start()
             await _run_setup_sql(settings)
             client = await temporal.connect(settings)
@@ -120,39 +213,43 @@ async def run_dev(options: DevOptions, *, console: Console) -> None:
                 changes = await apply_definitions(
                     client, pool, definitions, task_queue=settings.task_queue
                 )
-                env_file = state / "env"
+                env_file = state / DEV_ENV_FILE.name
                 write_env_file(env_file, settings)
-                console.print(
+                _say(
+                    console,
                     f"\n[bold]cronwarden dev is up[/]\n"
                     f"  Temporal UI   {server.ui_url}\n"
                     f"  Temporal      {server.address} (namespace {settings.namespace})\n"
                     f"  Postgres      {settings.dsn}\n"
                     f"  schedules     "
                     + ", ".join(f"{c.schedule_id} ({c.action})" for c in changes)
-                    + f"\n  second shell  set -a; . {env_file}; set +a; cronwarden --help\n"
+                    + f"\n  second shell  set -a; . {shlex.quote(str(env_file))}; set +a; "
+                    f"{cli_command()} status\n"
                     "  Ctrl-C stops everything; run it again to resume with the same state.\n",
-                    markup=True,
                 )
                 # The monitor runs beside the worker (with its own pool) and stops with it.
-                stop = asyncio.Event()
                 watching = asyncio.create_task(
                     run_monitor(
-                        settings, interval=DEV_MONITOR_INTERVAL, stop=stop, handle_signals=False
+                        settings,
+                        interval=DEV_MONITOR_INTERVAL,
+                        stop=signals.stop,
+                        handle_signals=False,
                     ),
                     name="monitor",
                 )
                 try:
-                    await run_worker(settings, client=client, pool=pool, stop=stop)
+                    with signals.worker_running():
+                        await run_worker(settings, client=client, pool=pool, stop=signals.stop)
                 finally:
-                    stop.set()
+                    signals.stop.set()
                     await watching
             finally:
                 await pool.close()
         finally:
             if server.running:
-                console.print("stopping Temporal …")
+                _say(console, "stopping Temporal …")
             server.stop()
     finally:
         if postgres.running:
-            console.print("stopping Postgres …")
+            _say(console, "stopping Postgres …")
         postgres.stop()

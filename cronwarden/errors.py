@@ -33,5 +33,13 @@ class Unreachable(CronwardenError):
     """A server we depend on (Temporal, Postgres) did not answer."""
 
 
+class DatabaseUnreachable(Unreachable):
+    """Postgres did not answer at `dsn` (kept to tell a default DSN from a configured one)."""
+
+    def __init__(self, message: str, *, dsn: str) -> None:
+        super().__init__(message)
+        self.dsn = dsn
+
+
 class PortInUse(CronwardenError):
     """A port the embedded stack wants is taken by another process."""

@@ -6,12 +6,20 @@ from typing import Annotated
 
 import typer
 
-from cronwarden.cli_support import load_settings, run_command
+from cronwarden.cli_support import duration_flag, load_settings, run_command
 
 
 def monitor_command(
     once: Annotated[bool, typer.Option("--once", help="Run one pass and exit.")] = False,
-    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between two passes.")] = 15.0,
+    interval: Annotated[
+        float,
+        typer.Option(
+            parser=duration_flag(minimum=0.1),
+            metavar="DURATION",
+            show_default=False,
+            help="Time between two passes: 15s unless given (5s, 1m; a bare number is seconds).",
+        ),
+    ] = 15.0,
     metrics_port: Annotated[
         int | None,
         typer.Option(min=1, max=65535, help="Serve /metrics and /healthz on this port."),

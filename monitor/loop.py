@@ -1,9 +1,14 @@
 """The monitor's pass and the loop around it.
 
-One pass: read a snapshot (database time), decide (pure, `monitor.scan`), write each decision
-with a conditional statement together with its notifications, deliver what is due, then record
-this monitor's liveness and ping the external dead-man's switch. Only Postgres is read: the
-monitor keeps paging while Temporal and every worker are down.
+One pass: lift the recorded pauses Temporal no longer holds (`monitor.pauses`; skipped when
+Temporal does not answer), read a snapshot (database time), decide (pure, `monitor.scan`), write
+each decision with a conditional statement together with its notifications, and record this
+monitor's liveness. Then, within ONE time budget: resolve the "cannot reach the database" alert
+if one is open, ping the external dead-man's switch and deliver what is due. Paging needs
+Postgres only: the monitor keeps paging while Temporal and every worker are down.
+
+Only database work counts as "cannot reach the database": each database step has its own bound,
+and a send never raises (a slow or failing sink fails its own notification, nothing more).
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -26,15 +32,17 @@ import asyncpg
 from cronwarden.config import Settings
 from cronwarden.errors import CronwardenError, PortInUse, Unreachable
 from cronwarden.logs import get_logger
-from monitor import scan
+from cronwarden.temporal import connect as connect_temporal
+from monitor import db_alert, scan
 from monitor.messages import RESOLVE, TRIGGER, database_unreachable_message, incident_message
 from monitor.metrics import Metrics, serve
 from monitor.notify import DeliveryPolicy, deliver_due
-from monitor.sinks import Sink, failure, ping, send
+from monitor.pauses import PauseCheck
+from monitor.sinks import Http, Sink, failure, ping, send
 from monitor.sinks.pagerduty import PagerDutySink
 from monitor.sinks.slack import SlackSink
 from monitor.sinks.webhook import WebhookSink
-from store import incidents, monitor_state, notifications, watch
+from store import heartbeats, incidents, monitor_state, notifications, watch
 from store.pool import create_pool
 
 log = get_logger("cronwarden.monitor")
@@ -60,17 +68,23 @@ class MonitorOptions:
     db_alert_every: float = 900.0
     database_timeout: float = 30.0
     """No pass may hang on a stuck database (a lock held by someone else, a server that stopped
-    answering): past this its database part fails as "cannot reach the database" and alerts,
-    instead of the monitor silently waiting for ever. The whole pass is bounded too: this, plus
-    the delivery budget and one send."""
+    answering): past this a database step fails as "cannot reach the database" and alerts,
+    instead of the monitor silently waiting for ever."""
+    state_file: Path | None = None
+    """Where the "cannot reach the database" alert's state survives a restart (`db_alert`)."""
+    unserved_after: float = 3600.0
+    """A notification of a sink that no running monitor has is given up on after this long."""
 
     @property
-    def pass_timeout(self) -> float:
-        return self.database_timeout + self.delivery_budget + self.delivery.send_timeout
-
-    @property
-    def delivery_budget(self) -> float:
+    def send_budget(self) -> float:
+        """The one time budget of a pass's sends: the database alert, the ping and every
+        delivery share it, each request also bounded by the send timeout."""
         return max(self.interval, self.delivery.send_timeout)
+
+    @property
+    def peer_window(self) -> float:
+        """A monitor that passed this recently counts as running (its sinks are paged)."""
+        return max(60.0, 4 * self.interval)
 
 
 def options_from_settings(settings: Settings, *, interval: float) -> MonitorOptions:
@@ -85,10 +99,12 @@ def options_from_settings(settings: Settings, *, interval: float) -> MonitorOpti
             send_timeout=settings.monitor_send_timeout_seconds,
             retry_base=settings.monitor_retry_base_seconds,
             retry_max=settings.monitor_retry_max_seconds,
+            database_timeout=settings.monitor_database_timeout_seconds,
         ),
         ping_url=ping_url.get_secret_value() if ping_url is not None else None,
         db_alert_every=settings.monitor_db_alert_every_seconds,
         database_timeout=settings.monitor_database_timeout_seconds,
+        state_file=db_alert.default_state_file(settings.dsn),
     )
 
 
@@ -123,14 +139,19 @@ class Monitor:
         sinks: Mapping[str, Sink],
         options: MonitorOptions,
         metrics: Metrics | None = None,
+        pauses: PauseCheck | None = None,
     ) -> None:
         self.dsn = dsn
         self.sinks = dict(sinks)
         self.options = options
         self.metrics = metrics or Metrics()
+        self.pauses = pauses
+        """None: recorded pauses are trusted as they are (no Temporal to check them with)."""
         self.identity = monitor_identity()
+        self.http = Http()
+        self.alert = db_alert.AlertStore(options.state_file)
         self._pool: asyncpg.Pool | None = None
-        self._db_alert_at: float | None = None
+        self._targets: list[str] = self.sink_names
 
     def _drop_pool(self) -> None:
         if self._pool is not None:
@@ -141,35 +162,36 @@ class Monitor:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        await self.http.aclose()
 
     async def step(self) -> BaseException | None:
         """One pass that never raises an expected failure: returns the database error, if any."""
         try:
-            await self._bounded_pass()
+            await self.run_pass()
         except _DB_ERRORS:
             # Pooled connections broken by a database restart fail once: drop them all and
             # retry at once on fresh ones (a pass is safe to repeat), so that blip never pages.
             self._drop_pool()
             try:
-                await self._bounded_pass()
+                await self.run_pass()
             except _DB_ERRORS as exc:
                 await self._database_unreachable(exc)
                 return exc
-        await self._database_reachable()
         return None
 
-    async def _bounded_pass(self) -> PassReport:
-        async with asyncio.timeout(self.options.pass_timeout):
-            return await self.run_pass()
+    def _db(self) -> asyncio.Timeout:
+        return asyncio.timeout(self.options.database_timeout)
 
     async def run_pass(self) -> PassReport:
         if self._pool is None:
             # Small and separate from any worker's pool: a starved worker must not starve the
             # monitor that pages about it.
-            self._pool = await create_pool(self.dsn, min_size=1, max_size=3)
+            async with self._db():
+                self._pool = await create_pool(self.dsn, min_size=1, max_size=3)
         pool = self._pool
         report = PassReport()
-        async with asyncio.timeout(self.options.database_timeout):
+        await self._check_pauses(pool)
+        async with self._db():
             async with pool.acquire() as conn:
                 snap = await watch.snapshot(conn)
             decided = scan.plan(
@@ -181,26 +203,27 @@ class Monitor:
                 watched=len(snap.watched),
                 rule=self.options.rule,
                 join_window=timedelta(seconds=2 * self.options.interval),
+                system_members=snap.system_members,
             )
             report.overdue = sum(
                 scan.heartbeat_problem(b, snap.now) is not None for b in snap.overdue
             )
             async with pool.acquire() as conn:
+                await monitor_state.record_pass(
+                    conn,
+                    monitor_id=self.identity,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    sinks=self.sink_names,
+                )
+                peers = await monitor_state.peer_sinks(
+                    conn, within_seconds=self.options.peer_window
+                )
+                self._targets = sorted(set(self.sink_names) | set(peers))
                 report.opened = await self._open(conn, decided)
                 report.resolved = await self._resolve(conn, decided)
                 open_now = len(await incidents.open_incidents(conn))
-        report.delivered = await deliver_due(
-            pool,
-            self.sinks,
-            claimer=self.identity,
-            policy=self.options.delivery,
-            metrics=self.metrics,
-            budget=self.options.delivery_budget,
-        )
-        async with pool.acquire() as conn:
-            await monitor_state.record_pass(
-                conn, monitor_id=self.identity, host=socket.gethostname(), pid=os.getpid()
-            )
+                await self._bury_unserved(conn)
         self.metrics.seconds_since_success = {
             r["schedule_id"]: r["seconds_since_success"] for r in snap.watched
         }
@@ -208,9 +231,61 @@ class Monitor:
         self.metrics.open_incidents = open_now
         self.metrics.last_pass_at = time.time()
         self.metrics.database_up = True
-        await self._ping()
+        # One budget for every send of the pass, so a slow sink delays the next pass by at
+        # most this much and never makes the database look unreachable.
+        deadline = time.monotonic() + self.options.send_budget
+        await self._database_reachable(deadline)
+        await self._ping(deadline)
+        report.delivered = await deliver_due(
+            pool,
+            self.sinks,
+            http=self.http,
+            claimer=self.identity,
+            policy=self.options.delivery,
+            metrics=self.metrics,
+            deadline=deadline,
+        )
         log.debug("monitor.pass", **vars(report))
         return report
+
+    async def _check_pauses(self, pool: asyncpg.Pool) -> None:
+        """Lift the recorded pauses Temporal no longer holds (see `monitor.pauses`)."""
+        if self.pauses is None:
+            return
+        async with self._db(), pool.acquire() as conn:
+            rows = await heartbeats.paused_rows(conn)
+        for lift in await self.pauses.lifts(rows):
+            async with self._db(), pool.acquire() as conn:
+                changed = await heartbeats.lift_stale_pause(
+                    conn,
+                    schedule_id=lift.schedule_id,
+                    seen_updated_at=lift.seen_updated_at,
+                    next_expected_at=lift.next_expected_at,
+                )
+            if changed:
+                log.warning(
+                    "monitor.pause-lifted-outside",
+                    schedule_id=lift.schedule_id,
+                    next_expected_at=(
+                        lift.next_expected_at.isoformat() if lift.next_expected_at else None
+                    ),
+                    note="recorded as paused, but Temporal runs it: watched again",
+                )
+
+    async def _bury_unserved(self, conn: Any) -> None:
+        for row in await notifications.bury_unserved(
+            conn,
+            own_sinks=self.sink_names,
+            older_than=self.options.unserved_after,
+            peer_window=self.options.peer_window,
+        ):
+            self.metrics.notification_dead(row["sink"])
+            log.error(
+                "notification.dead-lettered",
+                notification_id=row["id"],
+                sink=row["sink"],
+                reason="no running monitor delivers to this sink",
+            )
 
     @property
     def sink_names(self) -> list[str]:
@@ -228,7 +303,7 @@ class Monitor:
             conn,
             incident_id=incident["id"],
             event=event,
-            sinks=self.sink_names,
+            sinks=self._targets,
             message=incident_message(event, incident, schedules=schedules or []),
         )
 
@@ -293,7 +368,7 @@ class Monitor:
         """The safety net of the system-incident locks (`incidents.open_system`): any open
         incident whose parent is resolved or gone, or that never queued a trigger, pages on its
         own. Nothing to do without sinks: there is nobody to page."""
-        if not self.sinks:
+        if not self._targets:
             return
         for found in await incidents.unpaged(conn):
             async with conn.transaction():
@@ -313,7 +388,9 @@ class Monitor:
 
     async def _open_system(self, conn: Any, problems: list[scan.Problem]) -> int:
         ids = [p.schedule_id for p in problems]
-        async with conn.transaction():
+        tx = conn.transaction()
+        await tx.start()
+        try:
             system_id, created = await incidents.open_system(
                 conn,
                 summary=f"{len(problems)} schedules went overdue together: {', '.join(ids)}",
@@ -324,12 +401,22 @@ class Monitor:
                 row = await self._open_one(conn, problem, parent_id=system_id)
                 if row is not None:
                     members.append(row)
+            if created is not None and not members:
+                # Every schedule of the plan was opened meanwhile by another replica (each
+                # paged alone) or is fine again: a system page would list nobody.
+                await tx.rollback()
+                log.info("incident.system-not-opened", schedule_ids=ids, reason="no member left")
+                return 0
             if created is not None:
                 listed = [
                     {"schedule_id": m["schedule_id"], "kind": m["kind"], "summary": m["summary"]}
                     for m in members
                 ]
                 await self._page(conn, TRIGGER, created, listed)
+        except BaseException:
+            await tx.rollback()
+            raise
+        await tx.commit()
         log.warning(
             "incident.system-opened" if created is not None else "incident.joined-system",
             incident_id=system_id,
@@ -365,49 +452,67 @@ class Monitor:
                 log.info("incident.resolved", incident_id=row["id"], kind=row["kind"])
         return resolved
 
-    async def _ping(self) -> None:
+    async def _ping(self, deadline: float) -> None:
         if self.options.ping_url is None:
             return
         try:
-            await ping(self.options.ping_url, timeout=self.options.delivery.send_timeout)
+            await ping(self.http, self.options.ping_url, timeout=self._send_timeout(deadline))
         except Exception as exc:
             log.warning("monitor.ping-failed", error=failure(exc))
+
+    def _send_timeout(self, deadline: float) -> float:
+        return min(self.options.delivery.send_timeout, deadline - time.monotonic())
 
     async def _database_unreachable(self, exc: BaseException) -> None:
         error = f"{type(exc).__name__}: {exc}".strip()
         self.metrics.database_up = False
         log.error("monitor.database-unreachable", error=error)
         self._drop_pool()
-        now = time.monotonic()
-        every = self.options.db_alert_every
-        if self._db_alert_at is not None and now - self._db_alert_at < every:
-            return
-        self._db_alert_at = now
-        # No database to persist a notification in: send straight to the sinks, rate-limited.
-        message = database_unreachable_message(
-            TRIGGER, monitor_id=self.identity, host=socket.gethostname(), error=error
+        before = self.alert.state
+        after, page = db_alert.on_failure(
+            before, now=time.time(), every=self.options.db_alert_every
         )
-        await self._send_direct(message)
+        if page:
+            # No database to persist a notification in: send straight to the sinks.
+            message = database_unreachable_message(
+                TRIGGER, monitor_id=self.identity, host=socket.gethostname(), error=error
+            )
+            if not await self._send_direct(message, after):
+                # Nobody got it: try again on the next failed pass.
+                after = replace(after, open=before.open, last_trigger_at=before.last_trigger_at)
+        self.alert.save(after)
 
-    async def _database_reachable(self) -> None:
-        if self._db_alert_at is None:
-            return
-        self._db_alert_at = None
-        log.info("monitor.database-reachable")
-        await self._send_direct(
-            database_unreachable_message(
+    async def _database_reachable(self, deadline: float) -> None:
+        """Resolve the open "cannot reach the database" alert, whoever opened it on this host:
+        this process, or one before it (restarted, or a `--once`)."""
+        before = self.alert.state
+        after, resolve = db_alert.on_healthy(before)
+        if resolve:
+            log.info("monitor.database-reachable")
+            message = database_unreachable_message(
                 RESOLVE, monitor_id=self.identity, host=socket.gethostname(), error=""
             )
-        )
+            if not await self._send_direct(message, before, deadline=deadline):
+                after = replace(after, open=True)  # resolve on the next pass
+        self.alert.save(after)
 
-    async def _send_direct(self, message: dict[str, Any]) -> None:
+    async def _send_direct(
+        self, message: dict[str, Any], state: db_alert.AlertState, *, deadline: float | None = None
+    ) -> bool:
+        """Send to every sink; True when at least one took it (or there is none)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.options.send_budget
+        took = not self.sinks
+        opened = int(state.last_trigger_at or 0)
         for sink in self.sinks.values():
             try:
                 await send(
+                    self.http,
                     sink,
                     message,
-                    delivery_id=f"{self.identity}:{message['event']}:{time.time():.0f}",
-                    timeout=self.options.delivery.send_timeout,
+                    # The same for every resend of this alert's trigger or resolve.
+                    delivery_id=(f"{message['dedup_key']}:{opened}:{message['event']}:{sink.name}"),
+                    timeout=self._send_timeout(deadline),
                 )
             except Exception as exc:
                 self.metrics.notification_failed(sink.name)
@@ -418,8 +523,10 @@ class Monitor:
                     error=failure(exc),
                 )
                 continue
+            took = True
             self.metrics.notification_sent(sink.name)
             log.info("notification.direct-delivered", sink=sink.name, kind=message["kind"])
+        return took
 
 
 async def run_monitor(
@@ -437,6 +544,7 @@ async def run_monitor(
         dsn=settings.dsn,
         sinks=sinks_from_settings(settings),
         options=options_from_settings(settings, interval=interval),
+        pauses=PauseCheck(lambda: connect_temporal(settings)),
     )
     stop = stop or asyncio.Event()
     server = None

@@ -1,4 +1,8 @@
-"""Prometheus `/metrics` and `/healthz`, served by a few lines of asyncio.
+"""Prometheus `/metrics`, `/healthz` and `/readyz`, served by a few lines of asyncio.
+
+`/healthz` (liveness) answers whenever the event loop does: a monitor that cannot reach the
+database is alive, and restarting it would only repeat its "cannot reach the database" page.
+`/readyz` (readiness) says whether a recent pass reached the database.
 
 The text exposition format is small and stable, so it is written by hand rather than pulling in
 prometheus-client for a handful of gauges and two counters.
@@ -36,12 +40,16 @@ class Metrics:
     """Unix time of the last pass that reached the database."""
     sent: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
+    dead: Counter[str] = field(default_factory=Counter)
 
     def notification_sent(self, sink: str) -> None:
         self.sent[sink] += 1
 
     def notification_failed(self, sink: str) -> None:
         self.failed[sink] += 1
+
+    def notification_dead(self, sink: str) -> None:
+        self.dead[sink] += 1
 
     def render(self) -> str:
         lines: list[str] = []
@@ -75,10 +83,19 @@ class Metrics:
         family(
             "cronwarden_notifications_failed_total",
             "counter",
-            "Delivery attempts that failed (and will be retried), by sink.",
+            "Delivery attempts that failed, by sink.",
         )
         for sink, n in sorted(self.failed.items()):
             lines.append(f'cronwarden_notifications_failed_total{{sink="{_label(sink)}"}} {n}')
+        family(
+            "cronwarden_notifications_dead_lettered_total",
+            "counter",
+            "Notifications given up on (refused by the sink, or failed every attempt), by sink.",
+        )
+        for sink, n in sorted(self.dead.items()):
+            lines.append(
+                f'cronwarden_notifications_dead_lettered_total{{sink="{_label(sink)}"}} {n}'
+            )
         family(
             "cronwarden_monitor_database_up", "gauge", "1 if the last pass reached the database."
         )
@@ -103,7 +120,8 @@ async def serve(
     metrics: Metrics, *, host: str | None, port: int, healthy: Callable[[], bool]
 ) -> asyncio.Server:
     """Start the HTTP endpoint; the caller closes the returned server. host=None binds every
-    interface (IPv4 and IPv6), as a pod's probes and Prometheus need."""
+    interface (IPv4 and IPv6), as a pod's probes and Prometheus need. `healthy` decides
+    `/readyz` only."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -120,6 +138,8 @@ async def serve(
             if path == "/metrics":
                 status, body, ctype = "200 OK", metrics.render(), "text/plain; version=0.0.4"
             elif path == "/healthz":
+                status, body, ctype = "200 OK", "ok\n", "text/plain"
+            elif path == "/readyz":
                 ok = healthy()
                 status = "200 OK" if ok else "503 Service Unavailable"
                 body, ctype = (

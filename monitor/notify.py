@@ -1,63 +1,85 @@
 """Delivery of persisted notifications: claim a due row, send it with no transaction open, then
-mark it delivered (never sent again) or failed (retried later, with exponential backoff).
+mark it delivered (never sent again), failed (retried later, with exponential backoff) or dead
+(given up on: a sink that refused the payload, or one that failed every attempt).
 
 A monitor killed mid-send leaves its row claimed but undelivered: the claim lapses after
 `claim_seconds` and the next pass of any monitor sends it. That makes delivery at least once;
-the webhook's delivery id and PagerDuty's dedup_key let a receiver fold a rare repeat.
+the delivery id (stable across retries) and PagerDuty's dedup_key let a receiver fold a repeat.
+A live sender never loses its claim mid-send: a send's total deadline is shorter than the claim.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import asyncpg
+from structlog.typing import FilteringBoundLogger
 
 from cronwarden.logs import get_logger
 from monitor.metrics import Metrics
-from monitor.sinks import Sink, SinkError, failure, send
+from monitor.sinks import Http, Sink, SinkError, failure, send
 from store import notifications
 
 log = get_logger("cronwarden.monitor")
+
+# Below this much time left in a pass, no send starts: it could only time out.
+_MIN_SEND_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
 class DeliveryPolicy:
     send_timeout: float = 10.0
+    """Total deadline of one HTTP request (DNS, connect, send, answer)."""
     retry_base: float = 5.0
     retry_max: float = 300.0
+    max_attempts: int = 8
+    """A notification that failed this many times is dead-lettered (about 15 minutes of tries
+    with the default backoff): it must not hold back its schedule's later pages for ever."""
     batch: int = 100
     """At most this many deliveries per pass, so one pass always ends."""
+    database_timeout: float = 30.0
+    """Bound of each database statement of the delivery (claim, mark)."""
 
     @property
     def claim_seconds(self) -> float:
-        # Longer than any send can take: a live sender never loses its claim mid-send.
+        # Longer than any send can take (its total deadline), with room for the marking.
         return 2 * self.send_timeout + 5
 
     def retry_in(self, attempts: int) -> float:
         return float(min(self.retry_base * 2 ** max(attempts - 1, 0), self.retry_max))
 
 
+def delivery_id(*, incident_id: int, event: str, sink: str) -> str:
+    """What a receiver folds repeats by: one per (incident, event, sink), the same on every
+    retry of that notification."""
+    return f"cronwarden:{incident_id}:{event}:{sink}"
+
+
 async def deliver_due(
     pool: asyncpg.Pool,
     sinks: Mapping[str, Sink],
     *,
+    http: Http,
     claimer: str,
     policy: DeliveryPolicy,
     metrics: Metrics,
-    budget: float,
+    deadline: float,
 ) -> int:
-    """Send due notifications (up to the batch, and for about `budget` seconds, so a sink that
-    times out on every request cannot hold up the next scan); returns how many were delivered."""
+    """Send due notifications of this monitor's sinks, up to the batch and until `deadline`
+    (monotonic), so a sink that times out on every request cannot hold up the next scan;
+    returns how many were delivered. Database errors propagate; sink errors never do."""
     delivered = 0
-    deadline = time.monotonic() + budget
+    own = sorted(sinks)
     for _ in range(policy.batch):
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left < _MIN_SEND_SECONDS or not own:
             break
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
             row = await notifications.claim_next(
-                conn, claimer=claimer, claim_seconds=policy.claim_seconds
+                conn, claimer=claimer, claim_seconds=policy.claim_seconds, sinks=own
             )
         if row is None:
             break
@@ -69,30 +91,58 @@ async def deliver_due(
             attempt=row.attempts,
             schedule_id=row.message.get("schedule_id"),
         )
-        sink = sinks.get(row.sink)
         try:
-            if sink is None:
-                raise SinkError(f"sink '{row.sink}' is no longer configured")
-            await send(sink, row.message, delivery_id=str(row.id), timeout=policy.send_timeout)
+            await send(
+                http,
+                sinks[row.sink],
+                row.message,
+                delivery_id=delivery_id(
+                    incident_id=row.incident_id, event=row.event, sink=row.sink
+                ),
+                timeout=min(policy.send_timeout, deadline - time.monotonic()),
+            )
         except Exception as exc:
             # Any failure of one sink, a bug in rendering too, fails this row only: it is
-            # retried later, and the pass goes on to record its liveness and ping.
-            error = failure(exc)
-            retry_in = policy.retry_in(row.attempts)
-            metrics.notification_failed(row.sink)
-            bound.warning("notification.failed", error=error, retry_in_seconds=retry_in)
-            async with pool.acquire() as conn:
-                await notifications.mark_failed(
-                    conn,
-                    notification_id=row.id,
-                    claimer=claimer,
-                    error=error,
-                    retry_in_seconds=retry_in,
-                )
+            # retried later (or given up on), and the pass goes on.
+            await _failed(
+                pool, row, exc, claimer=claimer, policy=policy, metrics=metrics, log=bound
+            )
             continue
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
             await notifications.mark_delivered(conn, notification_id=row.id, claimer=claimer)
         metrics.notification_sent(row.sink)
         bound.info("notification.delivered")
         delivered += 1
     return delivered
+
+
+async def _failed(
+    pool: asyncpg.Pool,
+    row: notifications.Claimed,
+    exc: BaseException,
+    *,
+    claimer: str,
+    policy: DeliveryPolicy,
+    metrics: Metrics,
+    log: FilteringBoundLogger,
+) -> None:
+    error = failure(exc)
+    permanent = isinstance(exc, SinkError) and exc.permanent
+    if permanent or row.attempts >= policy.max_attempts:
+        reason = "refused by the sink" if permanent else f"failed {row.attempts} attempts"
+        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+            dead = await notifications.mark_dead(
+                conn, notification_id=row.id, claimer=claimer, error=f"{error} ({reason})"
+            )
+        metrics.notification_failed(row.sink)
+        if dead:
+            metrics.notification_dead(row.sink)
+        log.error("notification.dead-lettered", error=error, reason=reason)
+        return
+    retry_in = policy.retry_in(row.attempts)
+    metrics.notification_failed(row.sink)
+    log.warning("notification.failed", error=error, retry_in_seconds=retry_in)
+    async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+        await notifications.mark_failed(
+            conn, notification_id=row.id, claimer=claimer, error=error, retry_in_seconds=retry_in
+        )

@@ -6,7 +6,7 @@ The store re-checks each decision when it writes it (see `store/incidents.py`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -132,9 +132,11 @@ def plan(
     watched: int,
     rule: SystemRule,
     join_window: timedelta = timedelta(seconds=30),
+    system_members: Collection[str] = (),
 ) -> Plan:
     """Decide the pass. A run holding its lease too long is the more specific diagnosis of a
-    schedule that is also overdue (its next fires are being skipped), so it wins."""
+    schedule that is also overdue (its next fires are being skipped), so it wins.
+    `system_members`: schedules that have been members of the open system incident."""
     problems: dict[str, Problem] = {}
     for beat in overdue:
         found = heartbeat_problem(beat, now)
@@ -163,17 +165,21 @@ def plan(
 
     new = [p for sid, p in sorted(problems.items()) if sid not in open_by_schedule]
     late = [p for p in new if p.kind in (OVERDUE, NEVER_RAN)]
+    systems = [i for i in open_incidents if i["kind"] == SYSTEM]
+    # A schedule of the open system incident that recovered and went overdue again is still
+    # that outage: it rejoins it, instead of being paged a second time on its own.
+    rejoin = [p for p in late if p.schedule_id in system_members] if systems else []
+    fresh = [p for p in late if p not in rejoin]
     # A system incident that opened within `join_window` (the monitor passes two intervals)
     # takes the schedules that go overdue just after it: most likely the same outage, caught a
-    # pass later. Later ones page on their own. The system page went out already and lists
-    # only its first schedules, so one that joined an hours-old system incident would never
-    # be named to anyone.
-    system_open = any(
-        i["kind"] == SYSTEM and now - i["opened_at"] <= join_window for i in open_incidents
-    )
-    if late and (system_open or rule.applies(len(late), watched)):
-        result.system = late
+    # pass later. Later ones page on their own, even many at once: only one system incident is
+    # open at a time, its page went out already and lists only its first schedules, so one
+    # that joined an hours-old system incident would never be named to anyone.
+    recent = any(now - i["opened_at"] <= join_window for i in systems)
+    if fresh and (recent or (not systems and rule.applies(len(fresh), watched))):
+        result.system = rejoin + fresh
         result.open = [p for p in new if p.kind == RUNNING_TOO_LONG]
     else:
-        result.open = new
+        result.system = rejoin
+        result.open = [p for p in new if p not in rejoin]
     return result

@@ -25,6 +25,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.contract import DIGEST_MEMO
 from cronwarden.errors import CronwardenError, InvalidInput
 from cronwarden.logs import get_logger
 from schedules.bounded import map_bounded
@@ -41,7 +42,6 @@ from schedules.inventory import (
 )
 from schedules.mapping import (
     DEFINITION_MEMO,
-    DIGEST_MEMO,
     MANAGED_MEMO,
     definition_digest,
     definition_json,
@@ -233,7 +233,16 @@ async def apply_definitions(
         # harmless, they describe schedules that exist unchanged, and a rerun inserts nothing.
         async with pool.acquire() as conn:
             await heartbeats.expect_all_if_missing(
-                conn, [(d.id, c.next_fire, d.heartbeat_grace) for d, c, _ in unchanged]
+                conn,
+                [
+                    (
+                        d.id,
+                        c.next_fire,
+                        d.heartbeat_grace,
+                        definition_digest(d, task_queue=task_queue),
+                    )
+                    for d, c, _ in unchanged
+                ],
             )
     changes: list[Change] = []
     for defn, change, _ in planned:
@@ -256,13 +265,18 @@ async def apply_definitions(
         next_times = (await handle.describe()).info.next_action_times
         change.next_fire = next_times[0] if next_times else None
         if pool is not None:
-            async with pool.acquire() as conn:
+            async with pool.acquire() as conn, conn.transaction():
                 await heartbeats.expect(
                     conn,
                     schedule_id=defn.id,
                     next_expected_at=change.next_fire,
                     grace=defn.heartbeat_grace,
+                    definition_digest=definition_digest(defn, task_queue=task_queue),
                 )
+                if change.action == CREATED:
+                    # Temporal creates it unpaused: a pause recorded for an earlier schedule of
+                    # this id (deleted outside cronwarden) must not keep the monitor silent.
+                    await heartbeats.forget_pause(conn, defn.id)
         _log_change(change)
         changes.append(change)
     for change in pruned:

@@ -16,13 +16,14 @@ import asyncpg
 from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
 from temporalio.common import SearchAttributeKey
 
-from activities.contract import format_fire_time, logical_key, parse_fire_time
+from activities.contract import logical_key
 from schedules.backfill import ManagedSchedule, plan_on
+from schedules.run_ids import REPLAY_INFIX, replay_fire_time, scheduled_fire_time
+from schedules.status import lease_skip_json
 from schedules.window import Window
-from store import outbox
+from store import heartbeats, outbox
 from workflows.scheduled_run import WORKFLOW_NAME
 
-REPLAY_INFIX = "-replay-"
 SCHEDULED_BY_ID = SearchAttributeKey.for_keyword("TemporalScheduledById")
 
 
@@ -44,6 +45,17 @@ class Audit:
     skipped_overlap_total: int
     missed_catchup_window_total: int
     paused: bool
+    lease_skips_total: int = 0
+    """Live fires the lease skipped since the schedule's heartbeat row was created."""
+    last_lease_skip: dict[str, Any] | None = None
+    """The last of them (`logical_key`, `holder`, `at`); if its key is missing here, it is
+    listed as skipped at the lease rather than merely missing."""
+
+    @property
+    def lease_skipped(self) -> list[datetime]:
+        """Missing fire times known to have ended `overlap-locked` at the lease."""
+        key = (self.last_lease_skip or {}).get("logical_key")
+        return [t for t in self.missing if logical_key(self.schedule_id, t) == key]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +68,11 @@ class Audit:
             "committed_off_spec": self.committed_off_spec,
             "missing_keys": [logical_key(self.schedule_id, t) for t in self.missing],
             "in_flight_keys": [logical_key(self.schedule_id, t) for t in self.in_flight],
+            "skipped_lease_keys": [logical_key(self.schedule_id, t) for t in self.lease_skipped],
+            "lease": {
+                "skipped_total": self.lease_skips_total,
+                "last_skip": self.last_lease_skip,
+            },
             "temporal": {
                 "paused": self.paused,
                 "actions_total": self.actions_total,
@@ -79,6 +96,7 @@ async def audit(
             if window.empty
             else await outbox.done_in_window(conn, schedule.schedule_id, window.start, window.end)
         )
+        beat = await heartbeats.get(conn, schedule.schedule_id)
     missing_times = list(planned.missing_times())
     info = schedule.description.info
     return Audit(
@@ -93,6 +111,8 @@ async def audit(
         skipped_overlap_total=info.num_actions_skipped_overlap,
         missed_catchup_window_total=info.num_actions_missed_catchup_window,
         paused=schedule.description.schedule.state.paused,
+        lease_skips_total=beat["lease_skips"] if beat else 0,
+        last_lease_skip=lease_skip_json(beat),
     )
 
 
@@ -100,10 +120,9 @@ async def running_fire_times(client: Client, schedule: ManagedSchedule) -> set[d
     """Fire times of the schedule's runs executing now: scheduled fires (describe's running
     actions, exact) and replays (visibility, which may lag a second or two behind a start).
 
-    Ids alone are ambiguous: a scheduled run of schedule `nightly-replay` is named
-    `nightly-replay-<time>`, exactly like a replay of `nightly`. Temporal tags every scheduled
-    run with `TemporalScheduledById`, so a listed run counts as a replay of this schedule only
-    without that tag, and as its scheduled run only with this schedule's id in it.
+    A replay's id cannot be a scheduled run's (schedules/run_ids.py); still, Temporal tags every
+    scheduled run with `TemporalScheduledById`, so a listed run counts as a replay of this
+    schedule only without that tag, and as its scheduled run only with this schedule's id in it.
     """
     schedule_id = schedule.schedule_id
     times = {
@@ -129,25 +148,3 @@ async def running_fire_times(client: Client, schedule: ManagedSchedule) -> set[d
         if fire_time is not None:
             times.add(fire_time)
     return times
-
-
-def scheduled_fire_time(schedule_id: str, workflow_id: str) -> datetime | None:
-    """The fire time a scheduled run's id (`{id}-{time}`) names; None for any other shape."""
-    return _fire_time_after(f"{schedule_id}-", workflow_id)
-
-
-def replay_fire_time(schedule_id: str, workflow_id: str) -> datetime | None:
-    """The fire time a replay's id (`{id}-replay-{time}`) names; None for any other shape."""
-    return _fire_time_after(f"{schedule_id}{REPLAY_INFIX}", workflow_id)
-
-
-def _fire_time_after(prefix: str, workflow_id: str) -> datetime | None:
-    if not workflow_id.startswith(prefix):
-        return None
-    rest = workflow_id[len(prefix) :]
-    try:
-        fire_time = parse_fire_time(rest)
-    except ValueError:
-        return None
-    # Only the exact form the id was built with: `2026-11-30T04:00:00Z`, nothing before or after.
-    return fire_time if format_fire_time(fire_time) == rest else None

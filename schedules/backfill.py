@@ -23,15 +23,11 @@ from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleDescription
 
 from activities.contract import logical_key
-from cronwarden.errors import CronwardenError
 from schedules.apply import NotManaged, describe_or_none, is_managed
+from schedules.inventory import no_such_schedule
 from schedules.window import Window
 from store import outbox
 from workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
-
-
-class UnknownSchedule(CronwardenError):
-    """No schedule with this id exists in Temporal."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ async def load_managed(client: Client, schedule_id: str) -> ManagedSchedule:
     to replay, and its outbox rows, if any, would mean nothing)."""
     desc = await describe_or_none(client, schedule_id)
     if desc is None:
-        raise UnknownSchedule(f"no schedule '{schedule_id}' in Temporal")
+        raise await no_such_schedule(client, schedule_id)
     action = desc.schedule.action
     if (
         not await is_managed(desc)

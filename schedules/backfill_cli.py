@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cronwarden.cli_support import err, load_settings, out, run_command
+from cronwarden.cli_support import duration_flag, err, load_settings, out, run_command
 from cronwarden.errors import EXIT_FAILED, CronwardenError, InvalidInput
 from schedules.window import Window, make_window, parse_instant, parse_since
 
@@ -122,9 +122,15 @@ def backfill_run(
     end: End,
     concurrency: Annotated[int, typer.Option(min=1, max=64, help="Replays in flight at once.")] = 4,
     lock_wait: Annotated[
-        str,
-        typer.Option(help="How long a replay keeps retrying while the schedule's lease is held."),
-    ] = "60s",
+        float,
+        typer.Option(
+            parser=duration_flag(),
+            metavar="DURATION",
+            show_default=False,
+            help="How long a replay keeps retrying while the schedule's lease is held: 60s "
+            "unless given (a bare number is seconds).",
+        ),
+    ] = 60.0,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would be replayed, start nothing.")
     ] = False,
@@ -138,14 +144,10 @@ def backfill_run(
     async def go() -> int:
         from activities.contract import OVERLAP_LOCKED
         from schedules.backfill import plan
-        from schedules.durations import parse_duration
-        from schedules.replay import FAILED, replay_workflow_id
+        from schedules.replay import FAILED
+        from schedules.run_ids import replay_workflow_id
 
         window = _window(start, end)
-        try:
-            wait_seconds = parse_duration(lock_wait).total_seconds()
-        except ValueError as exc:
-            raise InvalidInput(f"--lock-wait: {exc}") from None
         async with _connected(schedule_id) as ctx:
             p = await plan(ctx.client, ctx.pool, ctx.schedule, window)
             if not as_json:
@@ -160,7 +162,7 @@ def backfill_run(
                     out.print("nothing to replay")
                 return 0
             _confirm(len(p.missing), yes)
-            summary = await _replay_with_progress(ctx, p, concurrency, wait_seconds)
+            summary = await _replay_with_progress(ctx, p, concurrency, lock_wait)
         if as_json:
             out.print_json(json.dumps(_run_json(p, summary)))
         else:
@@ -284,7 +286,21 @@ def audit_command(
             f"{t['missed_catchup_window_total']} missed (catchup window)"
             + (", paused" if t["paused"] else "")
         )
+        lease = data["lease"]
+        if lease["skipped_total"]:
+            last = lease["last_skip"]
+            out.print(
+                f"skipped at the lease (a shared lock's other holder, a stale holder): "
+                f"{lease['skipped_total']}, last {last['logical_key']} held by "
+                f"{last['holder'] or 'another run'}"
+            )
+        skipped = set(data["skipped_lease_keys"])
         _print_lines(f"  running {key}" for key in data["in_flight_keys"])
-        _print_lines(f"  missing {key}" for key in data["missing_keys"])
+        _print_lines(
+            f"  skipped {key} (lease held by {data['lease']['last_skip']['holder']})"
+            if key in skipped
+            else f"  missing {key}"
+            for key in data["missing_keys"]
+        )
 
     run_command(go)

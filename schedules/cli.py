@@ -20,6 +20,7 @@ from rich.table import Table
 
 from cronwarden.cli_support import load_settings, out, run_command
 from cronwarden.errors import InvalidInput
+from cronwarden.times import utc_text
 
 if TYPE_CHECKING:
     import asyncpg
@@ -34,7 +35,13 @@ schedules_app = typer.Typer(help="Register, inspect and operate schedules.", no_
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 IdArgument = Annotated[str, typer.Argument(help="Schedule id.", show_default=False)]
 
-HEALTH_STYLE = {"ok": "green", "late": "yellow", "overdue": "bold red", "paused": "cyan"}
+HEALTH_STYLE = {
+    "ok": "green",
+    "running": "green",
+    "late": "yellow",
+    "overdue": "bold red",
+    "paused": "cyan",
+}
 
 
 def emit_json(data: Any) -> None:
@@ -43,7 +50,7 @@ def emit_json(data: Any) -> None:
 
 
 def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+    return utc_text(value) if value else None
 
 
 @asynccontextmanager
@@ -223,6 +230,7 @@ async def _run_outcome(
 
 async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> dict[str, Any]:
     from activities.contract import logical_key
+    from schedules.status import lease_skip_json
     from store import heartbeats, outbox
 
     keys = {r.workflow_id: logical_key(v.schedule_id, r.scheduled_at) for r in v.recent_runs}
@@ -258,11 +266,16 @@ async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) ->
         else {
             "last_logical_key": beat["last_logical_key"],
             "last_success_at": _iso(beat["last_success_at"]),
+            # Replays (`backfill run`) are recorded apart: they never move the live fields.
+            "last_replay_key": beat.get("last_replay_key"),
+            "last_replay_at": _iso(beat.get("last_replay_at")),
             "next_expected_at": _iso(beat["next_expected_at"]),
             "grace_seconds": int(beat["grace"].total_seconds()),
             "paused": beat["paused"],
             "paused_reason": beat["paused_reason"],
             "last_error": beat["last_error"],
+            "skipped_lease": beat["lease_skips"],
+            "last_lease_skip": lease_skip_json(beat),
         },
         "definition": v.definition,
     }
@@ -274,6 +287,7 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
 
     async def go() -> None:
         from schedules.inventory import get_view
+        from schedules.status import lease_skip_text
 
         async with _temporal_and_db() as (client, pool):
             data = await _describe_json(client, pool, await get_view(client, schedule_id))
@@ -300,6 +314,9 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
                 f"heartbeat    last success {beat['last_logical_key'] or 'never'}, next expected "
                 f"{beat['next_expected_at'] or '-'}, last error {beat['last_error'] or '-'}"
             )
+            lines.append(
+                "             " + lease_skip_text(beat["skipped_lease"], beat["last_lease_skip"])
+            )
         lines.append("recent runs" + ("" if data["recent_runs"] else "  none"))
         lines += [
             f"  {r['logical_key']}  {r['status']}"
@@ -307,6 +324,10 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             + {True: ", committed", False: ", not committed", None: ""}[r["committed"]]
             for r in data["recent_runs"]
         ]
+        if beat is not None and beat["last_replay_key"]:
+            lines.append(
+                f"last replay  {beat['last_replay_key']}, committed {beat['last_replay_at']}"
+            )
         out.print(escape("\n".join(lines)))
 
     run_command(go)
@@ -444,8 +465,8 @@ def status_command(
 
     async def go() -> None:
         from schedules.inventory import all_views, describe_or_none, view
-        from schedules.status import build_rows, incident_json
-        from store import heartbeats, incidents
+        from schedules.status import build_rows, dead_letter_json, incident_json
+        from store import heartbeats, incidents, notifications
 
         zone = _zone(tz)
         async with _temporal_and_db() as (client, pool):
@@ -453,6 +474,7 @@ def status_command(
             async with pool.acquire() as conn:
                 beats = await heartbeats.all_rows(conn)
                 open_incidents = await incidents.open_incidents(conn)
+                dead = await notifications.dead_letters(conn)
             listed = {v.schedule_id for v in views}
             # Temporal's list lags behind a create: look up a heartbeat's schedule directly
             # before calling it gone.
@@ -470,10 +492,13 @@ def status_command(
                     "generated_at": _iso(now),
                     "system_incident": incident_json(system[0]) if system else None,
                     "schedules": [r.as_json() for r in rows],
+                    "dead_letters": [dead_letter_json(d) for d in dead],
                 }
             )
             return
-        _print_status(rows, zone=zone, now=now, system_incident=system[0] if system else None)
+        _print_status(
+            rows, zone=zone, now=now, system_incident=system[0] if system else None, dead=dead
+        )
 
     run_command(go)
 
@@ -484,8 +509,15 @@ def _print_status(
     zone: tzinfo,
     now: datetime,
     system_incident: dict[str, Any] | None = None,
+    dead: list[dict[str, Any]] | None = None,
 ) -> None:
-    from schedules.status import display_time, incident_text, pause_text, success_text
+    from schedules.status import (
+        dead_letter_text,
+        display_time,
+        incident_text,
+        pause_text,
+        success_text,
+    )
 
     if not rows:
         out.print("no schedules")
@@ -515,7 +547,8 @@ def _print_status(
             f"[{style}]{r.health}[/]" if style else r.health,
             escape(incident_text(r)),
             escape(_clip(r.last_error or "-", 50)),
-            f"{r.skipped_overlap} / {r.missed_catchup}",
+            f"{r.skipped_overlap} / {r.missed_catchup}"
+            + (f" (+{r.lease_skips} at the lease)" if r.lease_skips else ""),
         )
     out.print(f"cronwarden status at {display_time(now, zone)}")
     if system_incident is not None:
@@ -524,6 +557,11 @@ def _print_status(
             f"{escape(system_incident['summary'])}"
         )
     _print_table(table)
+    if dead:
+        # Pages that never reached a sink: someone must look, the monitor will not retry them.
+        out.print(f"[bold red]{len(dead)} notification(s) could not be delivered[/] (last 7 days):")
+        for d in dead[:10]:
+            out.print(f"  {escape(dead_letter_text(d, zone))}")
 
 
 def _clip(text: str, limit: int) -> str:

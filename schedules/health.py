@@ -12,6 +12,8 @@ LATE = "late"
 """The expected fire time has passed, but its grace has not: a run may still be committing."""
 OVERDUE = "overdue"
 """Past the expected fire time plus grace: the monitor pages."""
+RUNNING = "running"
+"""Past the expected fire time, within its grace, and a run is in progress: not late."""
 PAUSED = "paused"
 """Paused by an operator: the monitor stays silent."""
 UNTRACKED = "untracked"
@@ -33,6 +35,7 @@ def derive_health(
     operator_paused: bool,
     next_expected_at: datetime | None,
     grace: timedelta,
+    running: bool = False,
 ) -> str:
     if not tracked:
         return UNTRACKED
@@ -42,8 +45,17 @@ def derive_health(
         # No fire expected (a spec with no future times) is nothing to be late for.
         return OK
     if now <= next_expected_at + grace:
-        return LATE
+        # The expected run may be the one in progress: it is not late until its grace is out.
+        return RUNNING if running else LATE
     return OVERDUE
+
+
+def held_by_operator(note: str | None) -> bool:
+    """Whether a pause Temporal holds is the one `schedules pause` made: its note. Any other
+    note (pause_on_failure overwrites it, a worker missing the job writes its own) means the
+    schedule was paused again by something else, which pages: a recorded operator pause no
+    longer silences it."""
+    return (note or "").startswith(OPERATOR_NOTE)
 
 
 def paused_by(*, temporal_paused: bool, operator_paused: bool) -> str | None:

@@ -225,7 +225,7 @@ async def get_view(client: Client, schedule_id: str) -> ScheduleView:
     """The schedule `schedule_id`; NoSuchSchedule lists the ids that do exist."""
     desc = await describe_or_none(client, schedule_id)
     if desc is None:
-        raise NoSuchSchedule(f"no schedule '{schedule_id}' ({await known_ids(client)})")
+        raise await no_such_schedule(client, schedule_id)
     return await view(client, desc)
 
 
@@ -242,12 +242,12 @@ async def get_managed(client: Client, schedule_id: str) -> ScheduleView:
     return found
 
 
-async def known_ids(client: Client) -> str:
+async def no_such_schedule(client: Client, schedule_id: str) -> NoSuchSchedule:
+    """The one wording of an unknown id, in every command: `no schedule 'x' (known: a, b)`."""
     ids = await schedule_ids(client)
-    if not ids:
-        return "there are no schedules"
-    shown = ", ".join(ids[:_KNOWN_SHOWN])
-    return f"known: {shown}{', …' if len(ids) > _KNOWN_SHOWN else ''}"
+    shown = ", ".join(ids[:_KNOWN_SHOWN]) or "none"
+    more = ", …" if len(ids) > _KNOWN_SHOWN else ""
+    return NoSuchSchedule(f"no schedule '{schedule_id}' (known: {shown}{more})")
 
 
 def spec_text(definition: dict[str, Any] | None, spec: ScheduleSpec) -> str:

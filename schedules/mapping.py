@@ -17,6 +17,7 @@ from temporalio.client import (
     ScheduleState,
 )
 
+from activities.contract import DIGEST_MEMO as DIGEST_MEMO  # re-exported: apply and tests use it
 from schedules.model import Overlap, ScheduleDefinition
 from workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
@@ -25,12 +26,11 @@ MANAGED_MEMO = "cronwarden"
 # Action-level memo (updatable with the schedule): the definition we applied and its digest.
 # Temporal turns cron strings into calendars, so comparing specs with what describe returns would
 # report changes that are not; comparing our own digest is exact.
-DIGEST_MEMO = "cronwarden_digest"
 DEFINITION_MEMO = "cronwarden_definition"
 
 # Part of the digest: bump it when the mapping below changes (workflow input shape, timeouts), so
 # the next apply pushes the new shape to schedules whose file entry did not change.
-MAPPING_VERSION = 1
+MAPPING_VERSION = 2
 
 _OVERLAP = {
     Overlap.skip: ScheduleOverlapPolicy.SKIP,
@@ -39,7 +39,7 @@ _OVERLAP = {
 }
 
 
-def run_input(defn: ScheduleDefinition) -> ScheduledRunInput:
+def run_input(defn: ScheduleDefinition, *, task_queue: str) -> ScheduledRunInput:
     return ScheduledRunInput(
         schedule_id=defn.id,
         job=defn.job,
@@ -51,6 +51,7 @@ def run_input(defn: ScheduleDefinition) -> ScheduledRunInput:
         timeout_seconds=defn.timeout.total_seconds(),
         heartbeat_grace_seconds=defn.heartbeat_grace.total_seconds(),
         max_attempts=defn.max_attempts,
+        definition_digest=definition_digest(defn, task_queue=task_queue),
     )
 
 
@@ -88,7 +89,7 @@ def to_temporal(defn: ScheduleDefinition, *, task_queue: str) -> Schedule:
         spec = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=defn.every)])
     action = ScheduleActionStartWorkflow(
         WORKFLOW_NAME,
-        run_input(defn),
+        run_input(defn, task_queue=task_queue),
         id=defn.id,
         task_queue=task_queue,
         execution_timeout=execution_timeout(defn),

@@ -3,7 +3,9 @@
 Pause and unpause are Temporal's patch operations (no read-modify-write of the schedule), so they
 cannot overwrite a concurrent apply or pause_on_failure. Each orders its two writes so that a
 failure between them leaves the monitor paging (loud) rather than silent: pause changes Temporal
-first, then the heartbeat row; unpause clears the row's pause first, then unpauses Temporal.
+first, then the heartbeat row; unpause lifts the row's pause first (with a deadline no earlier
+than now, in the same statement), then unpauses Temporal. A pause lifted in Temporal alone (its
+UI or CLI) is noticed by the monitor, which checks every paused row against Temporal.
 """
 
 from __future__ import annotations
@@ -18,17 +20,17 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contract import logical_key
+from activities.contract import DIGEST_MEMO, logical_key
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
 from schedules.health import OPERATOR_NOTE
 from schedules.inventory import (
-    NoSuchSchedule,
     RecentRun,
     ScheduleView,
+    action_memo,
     describe_or_none,
     get_managed,
-    known_ids,
+    no_such_schedule,
 )
 from schedules.model import ScheduleDefinition
 from store import heartbeats
@@ -76,8 +78,12 @@ async def pause(
 
 async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> ScheduleView:
     before = await get_managed(client, schedule_id)
+    # Our best guess of the next fire before Temporal runs the schedule again; the row's pause
+    # and its stale deadline go together (`heartbeats.lift_pause`), then the exact next fire
+    # once Temporal has it.
+    guess = before.next_fire_times[0] if before.next_fire_times else None
     async with pool.acquire() as conn:
-        had_row = await heartbeats.clear_pause(conn, schedule_id)
+        had_row = await heartbeats.lift_pause(conn, schedule_id, next_expected_at=guess)
     await client.get_schedule_handle(schedule_id).unpause(note="unpaused by operator")
     after = await get_managed(client, schedule_id)
     next_fire = after.next_fire_times[0] if after.next_fire_times else None
@@ -87,8 +93,13 @@ async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> Sched
             await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
         else:
             # No row (never applied here, or lost): start tracking, or the monitor never would.
+            digest = (await action_memo(client, after.description)).get(DIGEST_MEMO)
             await heartbeats.expect(
-                conn, schedule_id=schedule_id, next_expected_at=next_fire, grace=_grace(before)
+                conn,
+                schedule_id=schedule_id,
+                next_expected_at=next_fire,
+                grace=_grace(before),
+                definition_digest=digest if isinstance(digest, str) else None,
             )
     log.info(
         "schedule.unpaused",
@@ -115,7 +126,7 @@ async def delete_target(client: Client, pool: asyncpg.Pool, schedule_id: str) ->
         return True
     async with pool.acquire() as conn:
         if await heartbeats.get(conn, schedule_id) is None:
-            raise NoSuchSchedule(f"no schedule '{schedule_id}' ({await known_ids(client)})")
+            raise await no_such_schedule(client, schedule_id)
     return False
 
 

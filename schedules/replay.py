@@ -1,17 +1,19 @@
 """`backfill run`: replay chosen fire times of a schedule through the normal guarded run.
 
 A replay starts `ScheduledRunWorkflow` directly with the schedule's own action input plus
-`fire_time`, under the workflow id `{schedule_id}-replay-{fire time}`. Never the schedule's own
-id form (`{schedule_id}-{fire time}`): a manual start that takes an id the schedule will generate
-can wedge the schedule (temporalio/temporal#10579). The id reuse policy is ALLOW_DUPLICATE, so
-Temporal does not dedupe replays of a key that already closed: the guard does (outbox check,
-lease, ON CONFLICT in the commit), and a replay of a committed key reports `already-done`.
+`fire_time`, under the workflow id `{schedule_id}~replay-{fire time}`, a form no schedule's own
+run id (`{schedule_id}-{fire time}`) can take (schedules/run_ids.py): a manual start that takes
+an id a schedule will generate can wedge that schedule (temporalio/temporal#10579). The id reuse
+policy is ALLOW_DUPLICATE, so Temporal does not dedupe replays of a key that already closed: the
+guard does (outbox check, lease, ON CONFLICT in the commit), and a replay of a committed key
+reports `already-done`.
 
-Every run of one schedule takes the same lease (`schedule:{id}` or its shared lock), so a
-schedule's replays apply one at a time whatever the concurrency: concurrency only overlaps
-Temporal's round trips with the job of the replay holding the lease. A replay that finds the
-lease held is retried here, with backoff, until `lock_wait` has passed for that key; only then
-is it reported `overlap-locked`.
+Every run of one schedule takes the same lease (`schedule:{id}` or its shared lock; per key for
+allow_all), so a schedule's replays apply one at a time whatever the concurrency: concurrency
+only overlaps Temporal's round trips with the job of the replay holding the lease. A replay that
+finds the lease held waits in its queue (activities/lease.py), behind every live fire and the
+replays queued before it, until `lock_wait` has passed for that key; only then is it reported
+`overlap-locked`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
@@ -38,6 +40,7 @@ from activities.contract import (
 )
 from cronwarden.logs import get_logger
 from schedules.backfill import ManagedSchedule
+from schedules.run_ids import replay_workflow_id
 from workflows.scheduled_run import WORKFLOW_NAME
 
 REPLAYED = "replayed"
@@ -48,10 +51,6 @@ FIRST_RETRY_DELAY = 0.25
 MAX_RETRY_DELAY = 5.0
 
 log = get_logger("cronwarden.backfill")
-
-
-def replay_workflow_id(schedule_id: str, fire_time: datetime) -> str:
-    return f"{schedule_id}-replay-{format_fire_time(fire_time)}"
 
 
 @dataclass(frozen=True)
@@ -84,8 +83,13 @@ async def replay_one(
     give_up_at = time.monotonic() + lock_wait
     delay = FIRST_RETRY_DELAY
     while True:
+        # The run waits for the lease inside its activity, in the lease's queue (live fires
+        # first, replays in arrival order), for what is left of `lock_wait`.
+        left = max(give_up_at - time.monotonic(), 0.0)
         try:
-            handle, attached = await _start_or_attach(client, schedule, inp, workflow_id)
+            handle, attached = await _start_or_attach(
+                client, schedule, replace(inp, lock_wait_seconds=left), workflow_id, lock_wait
+            )
             outcome = await handle.result()
         except Exception as exc:
             # A failed run, a refused start, a dropped connection: this key fails, the other
@@ -93,10 +97,11 @@ async def replay_one(
             detail = _error_detail(exc)
             bound.warning("replay.failed", error=detail)
             return ReplayResult(key, workflow_id, FAILED, detail)
-        if outcome.outcome == OVERLAP_LOCKED and time.monotonic() + delay < give_up_at:
-            # Usually another replay of this schedule (or a live fire) holding the schedule's
-            # lease for a moment: wait our turn rather than report a key we never tried.
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        left = give_up_at - time.monotonic()
+        if outcome.outcome == OVERLAP_LOCKED and left > 0:
+            # The run's wait was cut short (a retried attempt, a run we attached to): try again
+            # for the rest of `lock_wait`, never giving up before it has passed.
+            await asyncio.sleep(min(delay * random.uniform(0.5, 1.0), left))
             delay = min(delay * 2, MAX_RETRY_DELAY)
             continue
         result = _classify(key, workflow_id, outcome, attached=attached)
@@ -133,15 +138,21 @@ async def replay_all(
 
 
 async def _start_or_attach(
-    client: Client, schedule: ManagedSchedule, inp: object, workflow_id: str
+    client: Client,
+    schedule: ManagedSchedule,
+    inp: object,
+    workflow_id: str,
+    lock_wait: float = 0.0,
 ) -> tuple[WorkflowHandle[object, RunOutcome], bool]:
+    timeout = schedule.execution_timeout
     try:
         handle: WorkflowHandle[object, RunOutcome] = await client.start_workflow(
             WORKFLOW_NAME,
             inp,
             id=workflow_id,
             task_queue=schedule.task_queue,
-            execution_timeout=schedule.execution_timeout,
+            # The schedule's bound on a run, plus the replay's own wait for the lease.
+            execution_timeout=timeout + timedelta(seconds=lock_wait) if timeout else None,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             result_type=RunOutcome,
         )

@@ -12,8 +12,16 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from activities.contract import ORPHAN_NOTE_PREFIX
-from schedules.health import OPERATOR, OPERATOR_NOTE, derive_health, format_age, paused_by
+from schedules.health import (
+    OPERATOR,
+    OPERATOR_NOTE,
+    derive_health,
+    format_age,
+    held_by_operator,
+    paused_by,
+)
 from schedules.inventory import ScheduleView
+from store.heartbeats import lifted_deadline
 
 
 @dataclass
@@ -40,8 +48,16 @@ class StatusRow:
     skipped_overlap: int
     missed_catchup: int
     now: datetime
+    lease_skips: int = 0
+    """Live fires that ended `overlap-locked` at the lease (a shared lock's other holder, a
+    stale holder within its TTL): skipped by cronwarden, not by Temporal's overlap policy."""
+    last_lease_skip: dict[str, Any] | None = None
+    """The last of them: `logical_key`, `holder` (the run holding the lease), `at`."""
     incident: dict[str, Any] | None = None
     """The schedule's open incident (`cronwarden monitor`), if any."""
+    last_replay_key: str | None = None
+    last_replay_at: datetime | None = None
+    """The last `backfill run` replay committed (replays never move the live fields)."""
 
     @property
     def last_success_age(self) -> timedelta | None:
@@ -70,7 +86,10 @@ class StatusRow:
             "last_error": self.last_error,
             "skipped_overlap": self.skipped_overlap,
             "missed_catchup": self.missed_catchup,
+            "skipped_lease": self.lease_skips,
+            "last_lease_skip": self.last_lease_skip,
             "incident": incident_json(self.incident),
+            "last_replay": {"logical_key": self.last_replay_key, "at": _iso(self.last_replay_at)},
         }
 
 
@@ -84,6 +103,26 @@ def incident_json(incident: dict[str, Any] | None) -> dict[str, Any] | None:
         "opened_at": _iso(incident["opened_at"]),
         "system_incident_id": incident["parent_id"],
     }
+
+
+def lease_skip_json(beat: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The heartbeat row's last lease skip, as `status`, `describe` and `audit` show it."""
+    if beat is None or not beat.get("last_lease_skip_key"):
+        return None
+    return {
+        "logical_key": beat["last_lease_skip_key"],
+        "holder": beat["last_lease_skip_holder"],
+        "at": _iso(beat["last_lease_skip_at"]),
+    }
+
+
+def lease_skip_text(count: int, last: dict[str, Any] | None) -> str:
+    if not count or last is None:
+        return f"skipped (lease) {count}"
+    return (
+        f"skipped (lease) {count}, last {last['logical_key']} "
+        f"(lease held by {last['holder'] or 'another run'})"
+    )
 
 
 def build_rows(
@@ -103,8 +142,16 @@ def build_rows(
 
 def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> StatusRow:
     recorded = bool(beat and beat["paused"])
-    # The row's pause silences the schedule only while Temporal really holds it paused.
-    operator_paused = recorded and view.paused
+    # The row's pause silences the schedule only while Temporal really holds that pause (the
+    # monitor judges it the same way, `monitor.pauses`).
+    operator_paused = recorded and view.paused and held_by_operator(view.note)
+    next_expected = beat["next_expected_at"] if beat else None
+    if beat is not None and recorded and not view.paused:
+        # Unpaused in Temporal alone: judged with the deadline the monitor gives it when it
+        # lifts the row's pause (its next pass), so the two agree in between too.
+        next_expected = lifted_deadline(
+            next_expected, view.next_fire_times[0] if view.next_fire_times else None
+        )
     return StatusRow(
         schedule_id=view.schedule_id,
         managed=view.managed,
@@ -113,17 +160,30 @@ def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> S
         spec=view.spec,
         overlap=view.overlap,
         paused=view.paused,
-        paused_by=paused_by(temporal_paused=view.paused, operator_paused=recorded),
+        paused_by=paused_by(
+            temporal_paused=view.paused,
+            operator_paused=operator_paused or (recorded and not view.paused),
+        ),
         pause_note=view.note if view.paused else beat["paused_reason"] if beat else None,
         orphaned=view.orphaned or (view.paused and _unknown_job_error(beat)),
         last_success_key=beat["last_logical_key"] if beat else None,
         last_success_at=beat["last_success_at"] if beat else None,
-        next_expected_at=beat["next_expected_at"] if beat else None,
-        health=_health(beat, now=now, operator_paused=operator_paused),
+        last_replay_key=beat.get("last_replay_key") if beat else None,
+        last_replay_at=beat.get("last_replay_at") if beat else None,
+        next_expected_at=next_expected,
+        health=_health(
+            beat,
+            now=now,
+            operator_paused=operator_paused,
+            next_expected_at=next_expected,
+            running=bool(view.running),
+        ),
         last_error=beat["last_error"] if beat else None,
         skipped_overlap=view.skipped_overlap,
         missed_catchup=view.missed_catchup,
         now=now,
+        lease_skips=beat.get("lease_skips", 0) if beat else 0,
+        last_lease_skip=lease_skip_json(beat),
     )
 
 
@@ -142,12 +202,21 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         orphaned=False,
         last_success_key=beat["last_logical_key"],
         last_success_at=beat["last_success_at"],
+        last_replay_key=beat.get("last_replay_key"),
+        last_replay_at=beat.get("last_replay_at"),
         next_expected_at=beat["next_expected_at"],
-        health=_health(beat, now=now, operator_paused=beat["paused"]),
+        health=_health(
+            beat,
+            now=now,
+            operator_paused=beat["paused"],
+            next_expected_at=beat["next_expected_at"],
+        ),
         last_error=beat["last_error"],
         skipped_overlap=0,
         missed_catchup=0,
         now=now,
+        lease_skips=beat.get("lease_skips", 0),
+        last_lease_skip=lease_skip_json(beat),
     )
 
 
@@ -157,13 +226,21 @@ def _unknown_job_error(beat: dict[str, Any] | None) -> bool:
     return bool(beat and (beat["last_error"] or "").startswith("unknown job "))
 
 
-def _health(beat: dict[str, Any] | None, *, now: datetime, operator_paused: bool) -> str:
+def _health(
+    beat: dict[str, Any] | None,
+    *,
+    now: datetime,
+    operator_paused: bool,
+    next_expected_at: datetime | None,
+    running: bool = False,
+) -> str:
     return derive_health(
         now=now,
         tracked=beat is not None,
         operator_paused=operator_paused,
-        next_expected_at=beat["next_expected_at"] if beat else None,
+        next_expected_at=next_expected_at,
         grace=beat["grace"] if beat else timedelta(0),
+        running=running,
     )
 
 
@@ -192,6 +269,28 @@ def pause_text(row: StatusRow) -> str:
     elif row.orphaned:
         kind += ", job not registered"
     return f"{kind}: {note}" if note else kind
+
+
+def dead_letter_json(row: dict[str, Any]) -> dict[str, Any]:
+    """A notification the monitor gave up on (`store.notifications.dead_letters`)."""
+    return {
+        "notification_id": row["id"],
+        "incident_id": row["incident_id"],
+        "schedule_id": row["schedule_id"],
+        "event": row["event"],
+        "sink": row["sink"],
+        "attempts": row["attempts"],
+        "error": row["last_error"],
+        "dead_at": _iso(row["dead_at"]),
+    }
+
+
+def dead_letter_text(row: dict[str, Any], zone: tzinfo) -> str:
+    target = row["schedule_id"] or "system"
+    return (
+        f"{row['event']} of incident #{row['incident_id']} ({target}) to {row['sink']}, "
+        f"given up at {display_time(row['dead_at'], zone)}: {row['last_error']}"
+    )
 
 
 def incident_text(row: StatusRow) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cronwarden.errors import InvalidInput
+from cronwarden.times import utc_text
 from schedules.durations import parse_duration
 
 _RANGE = "times must lie between the years 1 and 9999 (UTC)"
@@ -35,7 +36,7 @@ class Window:
         return self.start > self.end
 
     def as_json(self) -> dict[str, str]:
-        return {"start": _iso(self.start), "end": _iso(self.end)}
+        return {"start": utc_text(self.start), "end": utc_text(self.end)}
 
 
 def parse_instant(text: str, *, now: datetime, what: str) -> datetime:
@@ -74,12 +75,13 @@ def make_window(start: datetime, end: datetime, *, now: datetime) -> Window:
     """The window as whole seconds; InvalidInput when it is empty or reaches into the future."""
     if end > now:
         raise InvalidInput(
-            f"the window ends in the future ({_iso(end)}, now is {_iso(now)}): a fire that is "
-            "not due yet cannot be missing; end it at `now` at the latest"
+            f"the window ends in the future ({utc_text(end)}, now is {utc_text(now)}): a fire "
+            "that is not due yet cannot be missing; end it at `now` at the latest"
         )
     if end <= start:
         raise InvalidInput(
-            f"the window is empty: its end ({_iso(end)}) is not after its start ({_iso(start)})"
+            f"the window is empty: its end ({utc_text(end)}) is not after its start "
+            f"({utc_text(start)})"
         )
     return Window(_ceil_second(start), end.replace(microsecond=0))
 
@@ -102,7 +104,3 @@ def _ceil_second(value: datetime) -> datetime:
     if value.microsecond == 0:
         return value
     return value.replace(microsecond=0) + timedelta(seconds=1)
-
-
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

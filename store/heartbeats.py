@@ -8,23 +8,31 @@ from typing import Any
 
 # Written by `schedules apply`: the first expected fire, so a schedule that never runs at all is
 # noticed too. Last-success fields are left alone on an update.
+# The definition digest is written with them: a worker's cached next fire times count only for
+# the definition they were described from (store/runs.py).
 _EXPECT = """
-INSERT INTO cronwarden.heartbeats AS h (schedule_id, next_expected_at, grace, updated_at)
-VALUES ($1, $2, $3, now())
+INSERT INTO cronwarden.heartbeats AS h
+       (schedule_id, next_expected_at, grace, definition_digest, updated_at)
+VALUES ($1, $2, $3, $4, now())
 ON CONFLICT (schedule_id) DO UPDATE
    SET next_expected_at = EXCLUDED.next_expected_at,
        grace = EXCLUDED.grace,
+       definition_digest = EXCLUDED.definition_digest,
        updated_at = now()
 """
 
 # One statement for every unchanged schedule of an apply: a file of a thousand schedules must
-# not cost a thousand round trips when nothing changed.
+# not cost a thousand round trips when nothing changed. A row without the digest (written before
+# rows carried it) gets it; nothing else of an existing row changes.
 _EXPECT_IF_MISSING = """
-INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, grace, updated_at)
-SELECT schedule_id, next_expected_at, grace, now()
-  FROM unnest($1::text[], $2::timestamptz[], $3::interval[])
-       AS e(schedule_id, next_expected_at, grace)
-ON CONFLICT (schedule_id) DO NOTHING
+INSERT INTO cronwarden.heartbeats AS h
+       (schedule_id, next_expected_at, grace, definition_digest, updated_at)
+SELECT schedule_id, next_expected_at, grace, definition_digest, now()
+  FROM unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[])
+       AS e(schedule_id, next_expected_at, grace, definition_digest)
+ON CONFLICT (schedule_id) DO UPDATE
+   SET definition_digest = EXCLUDED.definition_digest
+ WHERE h.definition_digest IS DISTINCT FROM EXCLUDED.definition_digest
 """
 
 _RECORD_FAILURE = """
@@ -33,26 +41,50 @@ UPDATE cronwarden.heartbeats
  WHERE schedule_id = $1
 """
 
+# A live fire that ended `overlap-locked` at the lease. UPDATE only, like the commit: a
+# schedule deleted meanwhile keeps no row.
+_RECORD_LEASE_SKIP = """
+UPDATE cronwarden.heartbeats
+   SET lease_skips = lease_skips + 1,
+       last_lease_skip_key = $2,
+       last_lease_skip_holder = $3,
+       last_lease_skip_at = now(),
+       updated_at = now()
+ WHERE schedule_id = $1
+"""
+
 _GET = "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1"
 
 
 async def expect(
-    conn: Any, *, schedule_id: str, next_expected_at: datetime | None, grace: timedelta
+    conn: Any,
+    *,
+    schedule_id: str,
+    next_expected_at: datetime | None,
+    grace: timedelta,
+    definition_digest: str | None,
 ) -> None:
-    await conn.execute(_EXPECT, schedule_id, next_expected_at, grace)
+    await conn.execute(_EXPECT, schedule_id, next_expected_at, grace, definition_digest)
 
 
 async def expect_all_if_missing(
-    conn: Any, expected: Sequence[tuple[str, datetime | None, timedelta]]
+    conn: Any, expected: Sequence[tuple[str, datetime | None, timedelta, str]]
 ) -> None:
-    """Create the missing rows of (schedule id, next expected fire, grace); leave the others."""
+    """Create the missing rows of (schedule id, next expected fire, grace, definition digest);
+    of the others only a stale digest is corrected."""
     if expected:
-        ids, times, graces = zip(*expected, strict=True)
-        await conn.execute(_EXPECT_IF_MISSING, list(ids), list(times), list(graces))
+        ids, times, graces, digests = zip(*expected, strict=True)
+        await conn.execute(_EXPECT_IF_MISSING, list(ids), list(times), list(graces), list(digests))
 
 
 async def record_failure(conn: Any, *, schedule_id: str, error: str) -> None:
     await conn.execute(_RECORD_FAILURE, schedule_id, error[:2000])
+
+
+async def record_lease_skip(
+    conn: Any, *, schedule_id: str, logical_key: str, holder: str | None
+) -> None:
+    await conn.execute(_RECORD_LEASE_SKIP, schedule_id, logical_key, holder)
 
 
 async def get(conn: Any, schedule_id: str) -> dict[str, Any] | None:
@@ -69,20 +101,51 @@ ON CONFLICT (schedule_id) DO UPDATE
    SET paused = true, paused_reason = EXCLUDED.paused_reason, updated_at = now()
 """
 
-# `schedules unpause`: the time spent paused is not a missed run, so the next expected fire is
-# the schedule's next one from now, not the one that passed while paused.
-_RESUME = """
+# `schedules unpause`, first step, before Temporal is unpaused: the pause is lifted and the
+# deadline moved in ONE statement. Two statements (clear the flag, then set the deadline) let a
+# monitor pass in between see an unpaused row with the deadline that passed while it was
+# paused, and page for nothing. The deadline is never earlier than now: a failure after this
+# step leaves the monitor paging after the grace (loud), never a row still marked paused for a
+# schedule Temporal runs again (silent). No deadline (a spec with no future fire) stays none.
+_LIFT_PAUSE = """
 UPDATE cronwarden.heartbeats
-   SET paused = false, paused_reason = NULL, next_expected_at = $2, updated_at = now()
+   SET paused = false, paused_reason = NULL, updated_at = now(),
+       next_expected_at = CASE WHEN coalesce(next_expected_at, $2) IS NULL THEN NULL
+                               ELSE GREATEST(next_expected_at, $2, now()) END
  WHERE schedule_id = $1
 """
 
-# `schedules unpause`, first step: a failure after it leaves the monitor paging (loud), never a
-# row still marked paused for a schedule Temporal runs again (silent).
-_CLEAR_PAUSE = """
+# `schedules unpause`, last step, once Temporal runs the schedule again: the time spent paused
+# is not a missed run, so the next expected fire is the schedule's next one from now. Not on a
+# row paused again meanwhile: that pause stands.
+_RESUME = """
+UPDATE cronwarden.heartbeats
+   SET next_expected_at = $2, updated_at = now()
+ WHERE schedule_id = $1 AND NOT paused
+"""
+
+# The monitor found Temporal running a schedule whose row says paused (unpaused in Temporal's
+# UI or CLI): the row's pause no longer holds. Only if the row is unchanged since the monitor
+# read it, so a `schedules pause` that landed meanwhile (Temporal first, then this row) stands.
+_LIFT_STALE_PAUSE = """
+UPDATE cronwarden.heartbeats
+   SET paused = false, paused_reason = NULL, next_expected_at = $3, updated_at = now()
+ WHERE schedule_id = $1 AND paused AND updated_at = $2
+"""
+
+# `apply` created the schedule (again): Temporal creates schedules unpaused, so a pause recorded
+# for an earlier schedule of that id (deleted outside cronwarden) no longer holds.
+_FORGET_PAUSE = """
 UPDATE cronwarden.heartbeats
    SET paused = false, paused_reason = NULL, updated_at = now()
- WHERE schedule_id = $1
+ WHERE schedule_id = $1 AND paused
+"""
+
+_PAUSED = """
+SELECT schedule_id, next_expected_at, updated_at
+  FROM cronwarden.heartbeats
+ WHERE paused
+ ORDER BY schedule_id
 """
 
 _DELETE = "DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1"
@@ -94,16 +157,46 @@ async def pause(conn: Any, *, schedule_id: str, reason: str | None) -> None:
     await conn.execute(_PAUSE, schedule_id, reason)
 
 
+async def lift_pause(conn: Any, schedule_id: str, *, next_expected_at: datetime | None) -> bool:
+    """Clear the pause, with a deadline no earlier than now (see `_LIFT_PAUSE`). False when
+    the schedule has no heartbeat row."""
+    status: str = await conn.execute(_LIFT_PAUSE, schedule_id, next_expected_at)
+    return status != "UPDATE 0"
+
+
 async def resume(conn: Any, *, schedule_id: str, next_expected_at: datetime | None) -> bool:
-    """False when the schedule has no heartbeat row (nothing to resume)."""
+    """Expect the next fire from now. False when the row is missing or paused again."""
     status: str = await conn.execute(_RESUME, schedule_id, next_expected_at)
     return status != "UPDATE 0"
 
 
-async def clear_pause(conn: Any, schedule_id: str) -> bool:
-    """False when the schedule has no heartbeat row."""
-    status: str = await conn.execute(_CLEAR_PAUSE, schedule_id)
+def lifted_deadline(recorded: datetime | None, temporal_next: datetime | None) -> datetime | None:
+    """The deadline of a row whose pause Temporal no longer holds: Temporal's next fire (the
+    fires that passed while it was paused were not missed), or the row's own if that is later.
+    None when Temporal expects no fire at all. `status` judges such a row with it too, so it
+    and the monitor agree before the monitor has written it."""
+    if temporal_next is None:
+        return None
+    return max(recorded, temporal_next) if recorded is not None else temporal_next
+
+
+async def paused_rows(conn: Any) -> list[dict[str, Any]]:
+    """Rows marked paused, with what `lift_stale_pause` needs."""
+    return [dict(r) for r in await conn.fetch(_PAUSED)]
+
+
+async def lift_stale_pause(
+    conn: Any, *, schedule_id: str, seen_updated_at: datetime, next_expected_at: datetime | None
+) -> bool:
+    """False when the row changed since it was read (or is no longer paused)."""
+    status: str = await conn.execute(
+        _LIFT_STALE_PAUSE, schedule_id, seen_updated_at, next_expected_at
+    )
     return status != "UPDATE 0"
+
+
+async def forget_pause(conn: Any, schedule_id: str) -> None:
+    await conn.execute(_FORGET_PAUSE, schedule_id)
 
 
 async def delete(conn: Any, schedule_id: str) -> None:

@@ -15,16 +15,39 @@ from typing import Any
 # token fences the old attempt if it is in fact still alive). Comparing attempts matters: an old
 # attempt that reaches this statement late must not take the lease back from its own retry.
 # `holder IS NULL` covers a release that committed after this statement's now() was fixed.
+#
+# The lease has a queue (`lock_waiters`): a free lease goes to the first live waiter, else to
+# the first replay waiter, so a replay never takes the lease while a live fire waits for it, and
+# waiters of one priority are served in arrival order (none is starved by luckier pollers). A
+# run that does not get the lease joins the queue in the same statement when it means to wait:
+# always for `$10` (buffer_one fires, replays), else only when a replay holds the lease (a live
+# `skip` fire waits for a replay, never for another live run). Joining here, not in a second
+# statement, leaves no moment in which the next replay could slip in ahead of a live fire.
 _ACQUIRE = """
 WITH done AS (
     SELECT args_digest FROM cronwarden.outbox WHERE logical_key = $4
+), me AS (
+    SELECT enqueued_at FROM cronwarden.lock_waiters WHERE name = $1 AND waiter = $2
+), ahead AS (
+    SELECT w.logical_key, w.priority FROM cronwarden.lock_waiters w
+     WHERE w.name = $1 AND w.waiter <> $2 AND w.expires_at > now()
+       AND (w.priority < $8
+            OR (w.priority = $8
+                AND (w.enqueued_at, w.waiter)
+                    < (COALESCE((SELECT enqueued_at FROM me), 'infinity'), $2)))
+     ORDER BY w.priority, w.enqueued_at, w.waiter
+     LIMIT 1
+), retaking AS (
+    -- A retry of the holder itself takes its lease back at once, queue or not.
+    SELECT 1 FROM cronwarden.locks WHERE name = $1 AND holder = $2 AND attempt < $5
 ), acquired AS (
     INSERT INTO cronwarden.locks AS l
            (name, holder, attempt, token, expires_at, acquired_at, logical_key, schedule_id,
-            run_deadline)
+            run_deadline, replay)
     SELECT $1, $2, $5, nextval('cronwarden.lock_tokens'), now() + make_interval(secs => $3),
-           now(), $4, $6, now() + make_interval(secs => $7)
+           now(), $4, $6, now() + make_interval(secs => $7), $8 = 1
      WHERE NOT EXISTS (SELECT 1 FROM done)
+       AND (NOT EXISTS (SELECT 1 FROM ahead) OR EXISTS (SELECT 1 FROM retaking))
     ON CONFLICT (name) DO UPDATE
        SET holder = EXCLUDED.holder,
            attempt = EXCLUDED.attempt,
@@ -33,16 +56,57 @@ WITH done AS (
            acquired_at = EXCLUDED.acquired_at,
            logical_key = EXCLUDED.logical_key,
            schedule_id = EXCLUDED.schedule_id,
-           run_deadline = EXCLUDED.run_deadline
+           run_deadline = EXCLUDED.run_deadline,
+           replay = EXCLUDED.replay
      WHERE l.expires_at <= now()
         OR l.holder IS NULL
         OR (l.holder = EXCLUDED.holder AND l.attempt < EXCLUDED.attempt)
     RETURNING token
+), current AS (
+    SELECT logical_key, holder, replay, holder IS NOT NULL AND expires_at > now() AS active
+      FROM cronwarden.locks WHERE name = $1
+), queued AS (
+    INSERT INTO cronwarden.lock_waiters AS w
+           (name, waiter, priority, logical_key, enqueued_at, expires_at)
+    SELECT $1, $2, $8, $4, now(), now() + make_interval(secs => $9)
+     WHERE NOT EXISTS (SELECT 1 FROM acquired) AND NOT EXISTS (SELECT 1 FROM done)
+       AND ($10 OR EXISTS (SELECT 1 FROM current WHERE active AND replay))
+    ON CONFLICT (name, waiter) DO UPDATE SET expires_at = EXCLUDED.expires_at
+    RETURNING 1
+), swept AS (
+    -- Per-key leases (allow_all) leave one released row per fire time: the schedule's next
+    -- per-key acquire deletes its released ones. Only released rows: a lease still held or
+    -- expired-but-held is a run (perhaps a dead one a retry will take over), and stays.
+    DELETE FROM cronwarden.locks
+     WHERE $11 AND schedule_id = $6 AND name <> $1 AND holder IS NULL
+       AND expires_at < now() - interval '1 minute'
+), dequeued AS (
+    -- Our own place once we hold the lease, and places their waiters abandoned long ago.
+    DELETE FROM cronwarden.lock_waiters
+     WHERE name = $1 AND EXISTS (SELECT 1 FROM acquired)
+       AND (waiter = $2 OR expires_at < now() - interval '1 minute')
 )
 SELECT (SELECT token FROM acquired) AS token,
        EXISTS (SELECT 1 FROM done) AS done,
        (SELECT args_digest FROM done) AS done_digest,
-       (SELECT logical_key FROM cronwarden.locks WHERE name = $1) AS held_for
+       EXISTS (SELECT 1 FROM queued) AS queued,
+       COALESCE((SELECT logical_key FROM current WHERE active),
+                (SELECT logical_key FROM ahead),
+                (SELECT logical_key FROM current)) AS held_for,
+       COALESCE((SELECT replay FROM current WHERE active),
+                (SELECT priority = 1 FROM ahead), false) AS held_by_replay
+"""
+
+# Giving up or cancelled while queued: leave the queue so nobody waits behind a ghost for the
+# seconds its place would take to expire.
+_LEAVE = "DELETE FROM cronwarden.lock_waiters WHERE name = $1 AND waiter = $2"
+
+# The lease of one activity attempt, whatever its token: for a cancellation that struck while
+# the acquire statement's result was on its way, when the token never reached us.
+_RELEASE_HOLDER = """
+UPDATE cronwarden.locks
+   SET holder = NULL, expires_at = now()
+ WHERE name = $1 AND holder = $2 AND attempt = $3
 """
 
 _RENEW = """
@@ -67,7 +131,11 @@ class Acquisition:
     """The logical key is committed already: nothing was locked."""
     done_args_digest: str | None
     held_for: str | None
-    """When not acquired: the logical key of the run holding the lease."""
+    """When not acquired: the logical key of the run holding the lease (or first in line)."""
+    held_by_replay: bool = False
+    """When not acquired: that run is a `backfill run` replay."""
+    queued: bool = False
+    """When not acquired: this run holds a place in the lease's queue (it means to wait)."""
 
 
 async def acquire(
@@ -80,18 +148,48 @@ async def acquire(
     attempt: int = 1,
     schedule_id: str | None = None,
     run_deadline_seconds: float | None = None,
+    replay: bool = False,
+    wait_for_any: bool = False,
+    queue_ttl_seconds: float = 5.0,
+    sweep_released: bool = False,
 ) -> Acquisition:
     """`run_deadline_seconds` (the run's timeout + grace) marks when a run still holding the
-    lease is taking too long: the monitor pages for it."""
+    lease is taking too long: the monitor pages for it. `wait_for_any`: when not acquired, join
+    the lease's queue whoever holds it (else only behind a replay); the place lasts
+    `queue_ttl_seconds` unless refreshed by the next call. `sweep_released`: delete the
+    schedule's other released leases (per-key leases, one per fire time)."""
     row = await conn.fetchrow(
-        _ACQUIRE, name, holder, ttl_seconds, logical_key, attempt, schedule_id, run_deadline_seconds
+        _ACQUIRE,
+        name,
+        holder,
+        ttl_seconds,
+        logical_key,
+        attempt,
+        schedule_id,
+        run_deadline_seconds,
+        1 if replay else 0,
+        queue_ttl_seconds,
+        wait_for_any,
+        sweep_released,
     )
     return Acquisition(
         token=row["token"],
         already_done=row["done"],
         done_args_digest=row["done_digest"],
         held_for=row["held_for"],
+        held_by_replay=row["held_by_replay"],
+        queued=row["queued"],
     )
+
+
+async def leave_queue(conn: Any, *, name: str, waiter: str) -> None:
+    await conn.execute(_LEAVE, name, waiter)
+
+
+async def release_holder(conn: Any, *, name: str, holder: str, attempt: int) -> bool:
+    """Release the lease of this activity attempt, when its token is unknown."""
+    status: str = await conn.execute(_RELEASE_HOLDER, name, holder, attempt)
+    return status == "UPDATE 1"
 
 
 async def renew(conn: Any, *, name: str, token: int, ttl_seconds: float) -> bool:

@@ -125,7 +125,7 @@ async def wait_until_migrated(conn: asyncpg.Connection, *, timeout: float) -> li
     """Poll until nothing is pending or `timeout` seconds passed; what is still pending.
 
     Workers run this before they start, so a new image never polls against the schema of the
-    previous one while the migrate Job is still applying this one's migrations."""
+    previous one while the release's migrate step is still applying this one's migrations."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         pending = await pending_migrations(conn)

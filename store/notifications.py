@@ -1,7 +1,8 @@
 """Notifications (`cronwarden.notifications`): an outbox of pages, one row per incident event
 and sink. Rows are written in the transaction that opens or resolves the incident, so a page is
 never lost between deciding and sending; delivery claims a row for a while, sends with no
-transaction open, and marks it delivered (never sent again) or schedules a retry."""
+transaction open, and marks it delivered (never sent again), schedules a retry, or gives up on
+it (dead-lettered: counted, listed by `status`, and no longer holding back the rows after it)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,19 @@ SELECT $1, $2, sink, $4::jsonb, $5 FROM unnest($3::text[]) AS sink
 ON CONFLICT (incident_id, event, sink) DO NOTHING
 """
 
-# Claim one due row. SKIP LOCKED keeps two replicas from waiting on each other; `claimed_until`
-# keeps a row a replica is sending from being sent by another meanwhile, and lets a row whose
-# sender died mid-send (claim lapsed, never delivered) be sent again.
+# Claim one due row of one of the claimer's own sinks. SKIP LOCKED keeps two replicas from
+# waiting on each other; `claimed_until` keeps a row a replica is sending from being sent by
+# another meanwhile (the send's total deadline is shorter than the claim), and lets a row whose
+# sender died mid-send (claim lapsed, never delivered) be sent again. A replica never claims a
+# row of a sink it does not have: another replica may deliver it.
 #
 # Order is kept per (sink, dedup key), not per incident: a row is claimable only when no earlier
-# row of the same sink and key is still undelivered. Every incident of a schedule shares its
+# row of the same sink and key is still pending. Every incident of a schedule shares its
 # PagerDuty dedup_key, so per-incident order is not enough: if incident 1's resolve failed and
 # backed off while the schedule went overdue again, incident 2's trigger would reach PagerDuty
 # first (folded into the open alert), then incident 1's late resolve would close that alert
 # while incident 2 is open, and nobody would be paged. A resolve likewise never overtakes its
-# own trigger.
+# own trigger. A dead-lettered row is settled: it holds nothing back.
 _CLAIM = """
 UPDATE cronwarden.notifications n
    SET claimed_by = $1,
@@ -32,12 +35,13 @@ UPDATE cronwarden.notifications n
        attempts = n.attempts + 1
  WHERE n.id = (
         SELECT c.id FROM cronwarden.notifications c
-         WHERE c.delivered_at IS NULL AND c.next_attempt_at <= now()
+         WHERE c.delivered_at IS NULL AND c.dead_at IS NULL AND c.next_attempt_at <= now()
+           AND c.sink = ANY($3::text[])
            AND (c.claimed_until IS NULL OR c.claimed_until < now())
            AND NOT EXISTS (
                 SELECT 1 FROM cronwarden.notifications e
                  WHERE e.sink = c.sink AND e.dedup_key = c.dedup_key AND e.id < c.id
-                   AND e.delivered_at IS NULL)
+                   AND e.delivered_at IS NULL AND e.dead_at IS NULL)
          ORDER BY c.next_attempt_at, c.id
          LIMIT 1
            FOR UPDATE SKIP LOCKED)
@@ -57,10 +61,40 @@ UPDATE cronwarden.notifications
  WHERE id = $1 AND claimed_by = $2 AND delivered_at IS NULL
 """
 
+_DEAD = """
+UPDATE cronwarden.notifications
+   SET claimed_until = NULL, last_error = $3, dead_at = now()
+ WHERE id = $1 AND claimed_by = $2 AND delivered_at IS NULL AND dead_at IS NULL
+"""
+
+# Rows of a sink that no monitor delivers to any more (removed from every replica's settings):
+# nobody will ever claim them. Given up on once they are `$2` seconds old and no monitor that
+# passed in the last `$3` seconds has the sink.
+_BURY_UNSERVED = """
+UPDATE cronwarden.notifications n
+   SET dead_at = now(), last_error = 'no running monitor delivers to sink ' || n.sink
+ WHERE n.delivered_at IS NULL AND n.dead_at IS NULL
+   AND n.created_at < now() - make_interval(secs => $2)
+   AND NOT (n.sink = ANY($1::text[]))
+   AND NOT EXISTS (SELECT 1 FROM cronwarden.monitor_state m
+                    WHERE m.last_pass_at > now() - make_interval(secs => $3)
+                      AND n.sink = ANY(m.sinks))
+RETURNING n.id, n.sink
+"""
+
 _COUNTS = """
-SELECT count(*) FILTER (WHERE delivered_at IS NULL) AS pending,
-       count(*) FILTER (WHERE delivered_at IS NOT NULL) AS delivered
+SELECT count(*) FILTER (WHERE delivered_at IS NULL AND dead_at IS NULL) AS pending,
+       count(*) FILTER (WHERE delivered_at IS NOT NULL) AS delivered,
+       count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead
   FROM cronwarden.notifications
+"""
+
+_DEAD_LETTERS = """
+SELECT id, incident_id, event, sink, message->>'schedule_id' AS schedule_id, attempts,
+       last_error, created_at, dead_at
+  FROM cronwarden.notifications
+ WHERE dead_at IS NOT NULL AND dead_at > now() - make_interval(secs => $1)
+ ORDER BY dead_at DESC, id DESC
 """
 
 
@@ -82,8 +116,11 @@ async def enqueue(
         await conn.execute(_ENQUEUE, incident_id, event, sinks, message, message["dedup_key"])
 
 
-async def claim_next(conn: Any, *, claimer: str, claim_seconds: float) -> Claimed | None:
-    row = await conn.fetchrow(_CLAIM, claimer, claim_seconds)
+async def claim_next(
+    conn: Any, *, claimer: str, claim_seconds: float, sinks: list[str]
+) -> Claimed | None:
+    """The next due row of one of `sinks`, claimed for `claim_seconds`; None when none is."""
+    row = await conn.fetchrow(_CLAIM, claimer, claim_seconds, sinks)
     if row is None:
         return None
     return Claimed(
@@ -107,6 +144,25 @@ async def mark_failed(
     await conn.execute(_FAILED, notification_id, claimer, error[:2000], retry_in_seconds)
 
 
+async def mark_dead(conn: Any, *, notification_id: int, claimer: str, error: str) -> bool:
+    """Give up on the row (see `_DEAD`); False when this claimer no longer holds it."""
+    status: str = await conn.execute(_DEAD, notification_id, claimer, error[:2000])
+    return status.endswith(" 1")
+
+
+async def bury_unserved(
+    conn: Any, *, own_sinks: list[str], older_than: float, peer_window: float
+) -> list[dict[str, Any]]:
+    """Dead-letter the rows no running monitor can deliver (see `_BURY_UNSERVED`)."""
+    rows = await conn.fetch(_BURY_UNSERVED, own_sinks, older_than, peer_window)
+    return [dict(r) for r in rows]
+
+
 async def counts(conn: Any) -> dict[str, int]:
     row = await conn.fetchrow(_COUNTS)
-    return {"pending": int(row["pending"]), "delivered": int(row["delivered"])}
+    return {k: int(row[k]) for k in ("pending", "delivered", "dead")}
+
+
+async def dead_letters(conn: Any, *, within_seconds: float = 7 * 86400) -> list[dict[str, Any]]:
+    """Notifications given up on in the last `within_seconds` (a week), newest first."""
+    return [dict(r) for r in await conn.fetch(_DEAD_LETTERS, within_seconds)]

@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 
 from cronwarden.config import describe_dsn
-from cronwarden.errors import Unreachable
+from cronwarden.errors import DatabaseUnreachable
 
 # Errors that mean "the server is not there or would not let us in", as opposed to a bug.
 _CONNECT_ERRORS: tuple[type[BaseException], ...] = (
@@ -65,9 +65,9 @@ async def own_statements(pool: asyncpg.Pool, *, timeout: float | None = None) ->
             skip()
 
 
-def unreachable(dsn: str, exc: BaseException) -> Unreachable:
+def unreachable(dsn: str, exc: BaseException) -> DatabaseUnreachable:
     reason = str(exc).strip() or type(exc).__name__
-    return Unreachable(f"cannot reach Postgres at {describe_dsn(dsn)}: {reason}")
+    return DatabaseUnreachable(f"cannot reach Postgres at {describe_dsn(dsn)}: {reason}", dsn=dsn)
 
 
 async def create_pool(

@@ -3,10 +3,13 @@
 It runs either alone (autocommit, when the job made no writes of its own) or as the last
 statement of the transaction holding the job's writes. Every part hangs off the previous one:
 no fence, no outbox record; no outbox record (the key committed meanwhile), no heartbeat.
+No network call is made while it runs: the next expected fire is picked here, by the database's
+clock, from the times the worker cached (activities/next_fires.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,9 +18,13 @@ _COMMIT = """
 WITH fence AS (
     -- Takes the lock row's lock until COMMIT, so no takeover can slip in between this check
     -- and the commit; the release itself only becomes visible with the commit.
+    -- The job's transaction must still be the one `ctx.transaction()` opened (its marker is
+    -- local to it): a job that committed it and began another must not commit the outbox
+    -- record with the writes it made after that.
     UPDATE cronwarden.locks
        SET holder = NULL, expires_at = now()
      WHERE name = $1 AND token = $2
+       AND ($17::text IS NULL OR current_setting('cronwarden.run_marker', true) = $17)
     RETURNING token
 ), recorded AS (
     INSERT INTO cronwarden.outbox AS o
@@ -37,16 +44,42 @@ WITH fence AS (
                                 THEN $3 ELSE h.last_logical_key END,
         last_fire_time = GREATEST(h.last_fire_time, $5),
         last_success_at = now(),
-        next_expected_at = COALESCE($12, h.next_expected_at),
+        -- The first cached fire after the database's now(), never the worker's clock; only
+        -- times described from the definition the row was applied with (a row applied before
+        -- rows carried a digest takes them as before). None: the row keeps its deadline.
+        next_expected_at = COALESCE(
+            CASE WHEN h.definition_digest IS NULL OR h.definition_digest = $15
+                 THEN (SELECT min(t) FROM unnest($12::timestamptz[]) AS t WHERE t > now())
+            END,
+            h.next_expected_at),
         grace = $13,
         last_error = NULL,
         updated_at = now()
       FROM recorded
-     WHERE h.schedule_id = $4 AND $14
+     WHERE h.schedule_id = $4 AND $14 AND NOT $16
+    RETURNING h.definition_digest IS NULL OR h.definition_digest = $15 AS times_accepted
+), replayed AS (
+    -- A replay re-applies a past fire: it records itself apart and never moves the live
+    -- grid's last success, next expected fire or last error, so it cannot hide a live fire
+    -- that has not committed.
+    UPDATE cronwarden.heartbeats AS h SET
+        last_replay_at = now(),
+        last_replay_key = $3,
+        updated_at = now()
+      FROM recorded
+     WHERE h.schedule_id = $4 AND $14 AND $16
     RETURNING 1
 )
-SELECT EXISTS (SELECT 1 FROM fence) AS fenced, EXISTS (SELECT 1 FROM recorded) AS recorded
+SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+       EXISTS (SELECT 1 FROM recorded) AS recorded,
+       ($17::text IS NULL OR current_setting('cronwarden.run_marker', true) = $17)
+           AS own_transaction,
+       (SELECT count(*) FROM unnest($12::timestamptz[]) AS t WHERE t > now()) AS fires_ahead,
+       COALESCE((SELECT times_accepted FROM beat), false) AS times_accepted
 """
+
+# Set by `ctx.transaction()` right after BEGIN, local to that transaction.
+SET_MARKER = "SELECT set_config('cronwarden.run_marker', $1, true)"
 
 
 @dataclass(frozen=True)
@@ -62,9 +95,16 @@ class CommitRecord:
     args_digest: str
     workflow_id: str | None
     run_id: str | None
-    next_expected_at: datetime | None
     grace: timedelta
     write_heartbeat: bool
+    next_fire_times: Sequence[datetime] = ()
+    """Cached next action times; the statement takes the first after its now()."""
+    times_digest: str | None = None
+    """The definition digest those times were described from."""
+    replay: bool = False
+    """A replay's commit records itself apart from the live heartbeat."""
+    transaction_marker: str | None = None
+    """The marker `ctx.transaction()` set in the job's transaction (None: no job transaction)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +113,12 @@ class CommitOutcome:
     """Our token was still current: False means the lease was lost and nothing was written."""
     recorded: bool
     """The outbox record is ours: False means the key had committed already."""
+    own_transaction: bool = True
+    """False: the job ended the transaction `ctx.transaction()` opened; nothing was written."""
+    fires_ahead: int = 0
+    """How many cached next fire times were after the statement's now()."""
+    times_accepted: bool = False
+    """The heartbeat row took cached times (their definition digest matched the row's)."""
 
 
 async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
@@ -89,8 +135,17 @@ async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
         rec.args_digest,
         rec.workflow_id,
         rec.run_id,
-        rec.next_expected_at,
+        list(rec.next_fire_times),
         rec.grace,
         rec.write_heartbeat,
+        rec.times_digest,
+        rec.replay,
+        rec.transaction_marker,
     )
-    return CommitOutcome(fenced=row["fenced"], recorded=row["recorded"])
+    return CommitOutcome(
+        fenced=row["fenced"],
+        recorded=row["recorded"],
+        own_transaction=row["own_transaction"],
+        fires_ahead=row["fires_ahead"],
+        times_accepted=row["times_accepted"],
+    )

@@ -37,6 +37,14 @@ SELECT id, schedule_id, kind, parent_id, opened_at, summary, details
  WHERE resolved_at IS NULL
 """
 
+# Schedules that have been members of the open system incident (open or resolved since).
+_SYSTEM_MEMBERS = """
+SELECT DISTINCT m.schedule_id
+  FROM cronwarden.incidents s
+  JOIN cronwarden.incidents m ON m.parent_id = s.id
+ WHERE s.schedule_id IS NULL AND s.resolved_at IS NULL
+"""
+
 _WATCHED = """
 SELECT schedule_id, last_success_at,
        extract(epoch FROM now() - last_success_at)::float8 AS seconds_since_success
@@ -56,6 +64,8 @@ class Snapshot:
     open_incidents: list[dict[str, Any]]
     watched: list[dict[str, Any]]
     """Every unpaused heartbeat with its age: the denominator of the system rule, and metrics."""
+    system_members: set[str]
+    """Schedules that have been members of the open system incident."""
 
 
 async def snapshot(conn: Any) -> Snapshot:
@@ -68,6 +78,7 @@ async def snapshot(conn: Any) -> Snapshot:
         by_ids = [dict(r) for r in await conn.fetch(_BY_IDS, ids)] if ids else []
         overlong = [dict(r) for r in await conn.fetch(_OVERLONG)]
         watched = [dict(r) for r in await conn.fetch(_WATCHED)]
+        members = {r["schedule_id"] for r in await conn.fetch(_SYSTEM_MEMBERS)}
     return Snapshot(
         now=now,
         overdue=overdue,
@@ -75,4 +86,5 @@ async def snapshot(conn: Any) -> Snapshot:
         overlong=overlong,
         open_incidents=incidents,
         watched=watched,
+        system_members=members,
     )

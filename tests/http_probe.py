@@ -15,7 +15,15 @@ class Answer:
 
 
 async def http_get(port: int, path: str, *, method: str = "GET", timeout: float = 5.0) -> Answer:
-    """One request to 127.0.0.1:`port`; a refused connection is status 0."""
+    """One request to 127.0.0.1:`port`, its body JSON; a refused connection is status 0."""
+    status, payload = await http_get_text(port, path, method=method, timeout=timeout)
+    return Answer(status, json.loads(payload) if payload else {})
+
+
+async def http_get_text(
+    port: int, path: str, *, method: str = "GET", timeout: float = 5.0
+) -> tuple[int, str]:
+    """One request to 127.0.0.1:`port`: the status and the body as text (status 0: refused)."""
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -25,7 +33,6 @@ async def http_get(port: int, path: str, *, method: str = "GET", timeout: float 
             writer.close()
             await writer.wait_closed()
     except ConnectionRefusedError:
-        return Answer(0, {})
+        return 0, ""
     head, _, payload = raw.partition(b"\r\n\r\n")
-    status = int(head.split()[1])
-    return Answer(status, json.loads(payload) if payload else {})
+    return int(head.split()[1]), payload.decode()

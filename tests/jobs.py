@@ -74,6 +74,33 @@ async def nan_result(ctx: JobContext) -> dict[str, Any]:
     return {"ratio": float("nan")}
 
 
+class EndsTransactionArgs(BaseModel):
+    statement: str
+    """Run inside ctx.transaction() after the effect: "COMMIT", a script ending in COMMIT,
+    "COMMIT; BEGIN"... A job must never do this: the guard must catch it."""
+
+
+@job("ends-transaction", args_model=EndsTransactionArgs)
+async def ends_transaction(ctx: JobContext) -> None:
+    args: EndsTransactionArgs = ctx.args
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx)
+        await conn.execute(args.statement)
+
+
+class MarksStartArgs(BaseModel):
+    marker: str
+    """A file the job creates the moment it starts: the test sees whether the job ran at all."""
+
+
+@job("marks-start", args_model=MarksStartArgs)
+async def marks_start(ctx: JobContext) -> None:
+    args: MarksStartArgs = ctx.args
+    Path(args.marker).touch()
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx)
+
+
 class DropConnectionArgs(BaseModel):
     dsn: str
     on_attempts: int = 1
@@ -122,3 +149,15 @@ async def leak_session(ctx: JobContext) -> None:
     # the pool must reset it before anyone else borrows the connection.
     async with ctx.transaction() as conn:
         await conn.execute("SET application_name = 'leaked-by-job'")
+
+
+class ReadArgs(BaseModel):
+    sleep: float = Field(default=0.0, ge=0)
+
+
+@job("slow-read", read_only=True, args_model=ReadArgs)
+async def slow_read(ctx: JobContext) -> dict[str, Any]:
+    """A read-only job (allowed `overlap: allow_all`) that takes `sleep` seconds."""
+    args: ReadArgs = ctx.args
+    await asyncio.sleep(args.sleep)
+    return {"key": ctx.logical_key}

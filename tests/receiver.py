@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,8 @@ class Request:
     raw: bytes
     status: int | None = None
     """What the receiver answered (None while it is holding the request)."""
+    finished: bool = False
+    """A trickled answer is over: written whole (status set) or cut by the sender (None)."""
 
     @property
     def body(self) -> Any:
@@ -37,6 +40,9 @@ class Receiver:
         self.hold = threading.Event()
         """While set, POSTs are held unanswered (then answered 503) until `release` is set."""
         self.release = threading.Event()
+        self.drip: float | None = None
+        """When set, a POST's answer is written one byte at a time, this many seconds apart:
+        a sink that keeps every socket operation short and the whole answer long."""
         self._lock = threading.Lock()
         receiver = self
 
@@ -48,6 +54,10 @@ class Receiver:
                     receiver.requests.append(request)
                     held = receiver.hold.is_set()
                     status = receiver.script.popleft() if receiver.script else 200
+                    drip = receiver.drip
+                if drip is not None:
+                    self._trickle(request, status, drip)
+                    return
                 if held:
                     receiver.release.wait(timeout=60)
                     status = 503
@@ -59,6 +69,19 @@ class Receiver:
                     self.end_headers()
                 except OSError:
                     request.status = None  # the sender is gone: it never saw an answer
+
+            def _trickle(self, request: Request, status: int, drip: float) -> None:
+                answer = f"HTTP/1.1 {status} OK\r\nContent-Length: 0\r\n\r\n".encode()
+                try:
+                    for i in range(len(answer)):
+                        self.wfile.write(answer[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(drip)
+                except OSError:
+                    request.finished = True  # the sender hung up: request.status stays None
+                    return
+                request.status = status
+                request.finished = True
 
             def do_GET(self) -> None:
                 request = Request("GET", self.path, dict(self.headers), b"", 200)

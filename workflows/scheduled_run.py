@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         RUN_GUARDED,
         GuardedRunInput,
         RunOutcome,
+        format_fire_time,
         logical_key,
         parse_fire_time,
     )
@@ -54,6 +55,9 @@ class ScheduledRunInput:
     job: str
     args: dict[str, Any] = field(default_factory=dict)
     args_digest: str = ""
+    definition_digest: str = ""
+    """The digest of the definition `schedules apply` wrote (also on the heartbeat row): the
+    worker's cache of next fire times is keyed by it."""
     overlap: str = "skip"
     lock_name: str = ""
     lock_ttl_seconds: float = 60.0
@@ -67,6 +71,9 @@ class ScheduledRunInput:
     """Set by `backfill run`: this run re-applies a past fire, it is not the schedule's live fire.
     A live fire has priority over replays for the lease, and a replay's commit never moves the
     live grid's heartbeat."""
+    lock_wait_seconds: float | None = None
+    """Set by `backfill run`: how long a replay may wait for the lease. Live fires wait at most
+    their timeout."""
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -76,34 +83,59 @@ class ScheduledRunWorkflow:
         fire_time = self._fire_time(inp)
         key = logical_key(inp.schedule_id, fire_time)
         timeout = timedelta(seconds=inp.timeout_seconds)
+        lock_name = inp.lock_name or f"schedule:{inp.schedule_id}"
+        if inp.overlap == "allow_all":
+            # allow_all (read-only jobs only) means runs of different fire times overlap: the
+            # lease is per logical key, and keeps out only a second run of the same key (a
+            # replay, a retry racing a live attempt). `@` never occurs in a schedule's lock name
+            # `schedule:{id}`, so a per-key lease never collides with a schedule's lease.
+            lock_name = f"{lock_name}@{format_fire_time(fire_time)}"
         activity_input = GuardedRunInput(
             schedule_id=inp.schedule_id,
             logical_key=key,
             fire_time=fire_time.isoformat(),
             job=inp.job,
+            definition_digest=inp.definition_digest,
             args=inp.args,
             args_digest=inp.args_digest,
-            lock_name=inp.lock_name or f"schedule:{inp.schedule_id}",
+            lock_name=lock_name,
             lock_ttl_seconds=inp.lock_ttl_seconds,
             heartbeat_grace_seconds=inp.heartbeat_grace_seconds,
             replay=inp.replay,
+            # Replays wait whoever holds the lease; a live buffer_one fire too. A live skip fire
+            # waits only behind a replay (a replay never costs a live fire); behind another
+            # live run it is skipped at once, as skip says.
+            wait_for_any=inp.replay or inp.overlap == "buffer_one",
+            per_key_lease=inp.overlap == "allow_all",
+            timeout_seconds=inp.timeout_seconds,
         )
-        give_up_at = workflow.now() + timeout
-        wait = timedelta(seconds=1)
+        waiting = (
+            timedelta(seconds=inp.lock_wait_seconds)
+            if inp.replay and inp.lock_wait_seconds is not None
+            else timeout
+        )
+        give_up_at = workflow.now() + waiting
         while True:
+            # The activity waits for the lease itself (activities/lease.py), for as long as is
+            # left of the wait; its start-to-close covers that wait plus the job's own timeout.
+            left = max(give_up_at - workflow.now(), timedelta(0))
+            activity_input.lock_wait_seconds = left.total_seconds()
             outcome: RunOutcome = await workflow.execute_activity(
                 RUN_GUARDED,
                 activity_input,
                 result_type=RunOutcome,
-                start_to_close_timeout=timeout,
+                start_to_close_timeout=timeout + left,
                 heartbeat_timeout=min(ACTIVITY_HEARTBEAT_TIMEOUT, timeout),
                 retry_policy=run_retry_policy(inp.max_attempts, NON_RETRYABLE_TYPES),
             )
-            if outcome.outcome != OVERLAP_LOCKED or inp.overlap != "buffer_one":
+            if outcome.outcome != OVERLAP_LOCKED or inp.overlap != "buffer_one" or inp.replay:
+                # A replay left overlap-locked is reported by `backfill run`, which lists it.
                 return outcome
             # buffer_one: this fire waits its turn behind whoever holds the lease (another
-            # schedule sharing the lock, a replay) instead of being dropped.
-            if workflow.now() + wait >= give_up_at:
+            # schedule sharing the lock, a replay) instead of being dropped, for the whole of
+            # its timeout: the activity only returns overlap-locked early if its attempt was
+            # cut short, so go again while time is left.
+            if workflow.now() >= give_up_at:
                 # Fail loudly rather than report success for a fire that never ran: the run
                 # fails, a pause_on_failure schedule pauses, and backfill lists the key.
                 raise ApplicationError(
@@ -112,8 +144,7 @@ class ScheduledRunWorkflow:
                     type=OVERLAP_TIMEOUT,
                     non_retryable=True,
                 )
-            await workflow.sleep(wait)
-            wait = min(wait * 2, timedelta(seconds=30))
+            await workflow.sleep(min(timedelta(seconds=1), give_up_at - workflow.now()))
 
     @staticmethod
     def _fire_time(inp: ScheduledRunInput) -> datetime:

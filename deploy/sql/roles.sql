@@ -1,5 +1,6 @@
--- Least-privilege Postgres roles for cronwarden. Run it as a superuser (or a role with CREATEROLE
--- that owns the database), in the database cronwarden uses:
+-- Least-privilege Postgres roles for cronwarden. Run it, in the database cronwarden uses, as a
+-- superuser or as what managed Postgres gives you instead: a role with CREATEROLE that owns the
+-- database (RDS's master user, Cloud SQL's `postgres`, Azure's admin):
 --
 --   psql "$ADMIN_DATABASE_URL" -v ON_ERROR_STOP=1 -f deploy/sql/roles.sql
 --
@@ -34,23 +35,39 @@ BEGIN
     -- even when the schema exists.
     EXECUTE format('GRANT CONNECT, CREATE ON DATABASE %I TO cronwarden_migrator', current_database());
     EXECUTE format('GRANT CONNECT ON DATABASE %I TO cronwarden_runtime', current_database());
+    -- Handing an object to the migrator (CREATE SCHEMA ... AUTHORIZATION, ALTER ... OWNER TO) and
+    -- SET ROLE below need the right to become it, which a superuser has and a CREATEROLE admin
+    -- does not: since Postgres 16 it only holds ADMIN OPTION on the roles it created. It may
+    -- grant itself SET (not INHERIT: the admin does not silently act with the migrator's rights).
+    IF NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+        IF current_setting('server_version_num')::int >= 160000 THEN
+            IF NOT pg_has_role(current_user, 'cronwarden_migrator', 'SET') THEN
+                EXECUTE format('GRANT cronwarden_migrator TO %I WITH INHERIT FALSE, SET TRUE',
+                               current_user);
+            END IF;
+        ELSIF NOT pg_has_role(current_user, 'cronwarden_migrator', 'MEMBER') THEN
+            EXECUTE format('GRANT cronwarden_migrator TO %I', current_user);
+        END IF;
+    END IF;
 END
 $$;
 
 CREATE SCHEMA IF NOT EXISTS cronwarden AUTHORIZATION cronwarden_migrator;
-ALTER SCHEMA cronwarden OWNER TO cronwarden_migrator;
-
--- The ledger, as `cronwarden migrate` creates it (same statement), so it exists before any
--- migration ran and its read-only grant below holds whichever runs first.
-CREATE TABLE IF NOT EXISTS cronwarden.schema_migrations (
-    version    integer PRIMARY KEY,
-    name       text        NOT NULL,
-    checksum   text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-);
+-- A schema someone else created (a `cronwarden migrate` run before the roles existed): its new
+-- owner-to-be needs CREATE in it to receive its objects, and the schema itself changes hands
+-- last, because without INHERIT the admin can no longer reach the objects once it has.
+DO $$
+BEGIN
+    IF (SELECT nspowner FROM pg_namespace WHERE nspname = 'cronwarden')
+       <> 'cronwarden_migrator'::regrole::oid THEN
+        GRANT USAGE, CREATE ON SCHEMA cronwarden TO cronwarden_migrator;
+    END IF;
+END
+$$;
 
 -- Objects created before the roles existed pass to the migrator, so later migrations can alter
--- them. A table hands its indexes and serial sequences over with it.
+-- or replace them. A table hands its indexes, triggers and serial sequences over with it;
+-- functions (the heartbeat trigger's) and types are separate objects with their own owner.
 DO $$
 DECLARE
     obj record;
@@ -73,8 +90,42 @@ BEGIN
     LOOP
         EXECUTE format('ALTER %s cronwarden.%I OWNER TO cronwarden_migrator', obj.kind, obj.relname);
     END LOOP;
+    FOR obj IN
+        SELECT CASE p.prokind WHEN 'p' THEN 'PROCEDURE' WHEN 'a' THEN 'AGGREGATE'
+                              ELSE 'FUNCTION' END AS kind,
+               p.oid::regprocedure::text AS signature
+        FROM pg_proc p
+        WHERE p.pronamespace = 'cronwarden'::regnamespace
+          AND p.proowner <> 'cronwarden_migrator'::regrole::oid
+    LOOP
+        EXECUTE format('ALTER %s %s OWNER TO cronwarden_migrator', obj.kind, obj.signature);
+    END LOOP;
+    FOR obj IN
+        SELECT CASE t.typtype WHEN 'd' THEN 'DOMAIN' ELSE 'TYPE' END AS kind,
+               t.oid::regtype::text AS signature
+        FROM pg_type t
+        WHERE t.typnamespace = 'cronwarden'::regnamespace
+          AND t.typtype IN ('d', 'e', 'r')
+          AND t.typowner <> 'cronwarden_migrator'::regrole::oid
+    LOOP
+        EXECUTE format('ALTER %s %s OWNER TO cronwarden_migrator', obj.kind, obj.signature);
+    END LOOP;
 END
 $$;
+ALTER SCHEMA cronwarden OWNER TO cronwarden_migrator;
+
+-- The rest is the owner's to do: a CREATEROLE admin may neither create in nor grant on what the
+-- migrator owns, so it acts as the migrator (a superuser may too).
+SET ROLE cronwarden_migrator;
+
+-- The ledger, as `cronwarden migrate` creates it (same statement), so it exists before any
+-- migration ran and its read-only grant below holds whichever runs first.
+CREATE TABLE IF NOT EXISTS cronwarden.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
 
 REVOKE ALL ON SCHEMA cronwarden FROM PUBLIC;
 GRANT USAGE ON SCHEMA cronwarden TO cronwarden_runtime;
@@ -96,3 +147,5 @@ ALTER DEFAULT PRIVILEGES FOR ROLE cronwarden_migrator IN SCHEMA cronwarden
     GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO cronwarden_runtime;
 ALTER DEFAULT PRIVILEGES FOR ROLE cronwarden_migrator IN SCHEMA cronwarden
     GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO cronwarden_runtime;
+
+RESET ROLE;

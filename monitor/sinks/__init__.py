@@ -1,25 +1,36 @@
 """Alert sinks. Each renders the sink-neutral message (`monitor.messages`) into its service's
 format and POSTs it; a non-2xx answer or a network error raises `SinkError`.
 
-HTTP goes through the standard library in a thread: one POST per page does not justify an HTTP
-client dependency, and urllib speaks HTTPS with the system's CA store. URLs and secrets are
-never put into an error or a log line (a Slack webhook URL is itself a credential).
+HTTP goes through one long-lived httpx client per monitor (connections are reused between
+passes) and every request has a TOTAL deadline: httpx's own timeouts, like urllib's, bound each
+socket operation, so a sink that trickles its answer (or a DNS lookup that hangs) could
+otherwise hold a send for ever, past its claim, and another replica would send it again. URLs
+and secrets are never put into an error or a log line (a Slack webhook URL is itself a
+credential).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import httpx
+
 USER_AGENT = "cronwarden-monitor"
+# A refusal of the payload itself: sending the same body again cannot succeed. 408 and 429 ask
+# the sender to come back later, so they are retried like a server error.
+_RETRYABLE_4XX = frozenset({408, 425, 429})
 
 
 class SinkError(Exception):
     """Delivery failed; the message says how, without the URL."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+        """The sink refused this payload for good (a 4xx): retrying cannot help."""
 
 
 class Sink(Protocol):
@@ -43,45 +54,71 @@ def json_body(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
 
 
-def _post(url: str, body: bytes, headers: Mapping[str, str], timeout: float) -> int:
-    # Everything, the Request too, inside the try: urllib's errors (a URL without a scheme
-    # raises ValueError) quote the URL, and a Slack webhook URL is itself a secret. Only the
-    # exception's type and the HTTP status ever leave here.
-    try:
-        request = urllib.request.Request(url, data=body, method="POST")
-        request.add_header("Content-Type", "application/json")
-        request.add_header("User-Agent", USER_AGENT)
-        for name, value in headers.items():
-            request.add_header(name, value)
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status: int = response.status
-            response.read()
-    except urllib.error.HTTPError as exc:
-        raise SinkError(f"HTTP {exc.code}") from None
-    except Exception as exc:
-        raise SinkError(type(exc).__name__) from None
-    if not 200 <= status < 300:
-        raise SinkError(f"HTTP {status}")
-    return status
+def _status_error(status: int) -> SinkError:
+    permanent = 400 <= status < 500 and status not in _RETRYABLE_4XX
+    return SinkError(f"HTTP {status}", permanent=permanent)
 
 
-async def send(sink: Sink, message: Mapping[str, Any], *, delivery_id: str, timeout: float) -> None:
-    body = sink.render(message)
-    headers = sink.headers(body, delivery_id=delivery_id)
-    await asyncio.to_thread(_post, sink.url(), body, headers, timeout)
+class Http:
+    """The monitor's HTTP client: one connection pool for every send and ping of a process."""
 
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
 
-async def ping(url: str, *, timeout: float) -> None:
-    """GET a dead-man's-switch URL (healthchecks.io and the like)."""
+    def _get_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            # Proxy settings from the environment (HTTPS_PROXY, NO_PROXY) are honoured, as
+            # urllib did: a monitor's egress may have to go through one.
+            self._client = httpx.AsyncClient(
+                headers={"User-Agent": USER_AGENT}, follow_redirects=False
+            )
+        return self._client
 
-    def get() -> None:
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        timeout: float,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> int:
+        """The answer's status, within `timeout` seconds in all (DNS, connect, send, answer)."""
+        if timeout <= 0:
+            raise SinkError("no time left in this pass")
+        # Everything inside the try: httpx's errors may quote the URL, and a Slack webhook URL is
+        # itself a secret. Only the exception's type and the HTTP status ever leave here.
         try:
-            request = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                response.read()
-        except urllib.error.HTTPError as exc:
-            raise SinkError(f"HTTP {exc.code}") from None
+            async with asyncio.timeout(timeout):
+                response = await self._get_client().request(
+                    method,
+                    url,
+                    content=body,
+                    headers=dict(headers or {}),
+                    timeout=httpx.Timeout(timeout),
+                )
+        except TimeoutError:
+            raise SinkError(f"no answer within {round(timeout, 1):g}s") from None
         except Exception as exc:
             raise SinkError(type(exc).__name__) from None
+        if not 200 <= response.status_code < 300:
+            raise _status_error(response.status_code)
+        return response.status_code
 
-    await asyncio.to_thread(get)
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+async def send(
+    http: Http, sink: Sink, message: Mapping[str, Any], *, delivery_id: str, timeout: float
+) -> None:
+    body = sink.render(message)
+    headers = {"Content-Type": "application/json", **sink.headers(body, delivery_id=delivery_id)}
+    await http.request("POST", sink.url(), timeout=timeout, body=body, headers=headers)
+
+
+async def ping(http: Http, url: str, *, timeout: float) -> None:
+    """GET a dead-man's-switch URL (healthchecks.io and the like)."""
+    await http.request("GET", url, timeout=timeout)

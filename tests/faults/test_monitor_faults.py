@@ -3,8 +3,8 @@ that fails for a while before it recovers.
 
 Each incident must reach the receiver as one page: the killed monitor's claim lapses and the
 survivor sends that page again, the failed sends are retried, and nothing is sent twice. The
-webhook's `X-Cronwarden-Delivery` header (the notification's id) is what a receiver would drop
-repeats by, so the pages are counted per distinct delivery as well as per request.
+webhook's `X-Cronwarden-Delivery` header (one per incident, event and sink) is what a receiver
+would drop repeats by, so the pages are counted per distinct delivery as well as per request.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from tests.faults.counts import within
 from tests.faults.fires import Watch, monitor_passes
 from tests.faults.tally import FaultRow
 from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_monitor import (
+from tests.monitor_support import (
     env_for,
     held_mid_send,
     settings_for,
     stage_many,
     start_monitor,
 )
-from tests.integration.test_monitor import receiver as receiver
+from tests.monitor_support import receiver as receiver
 from tests.receiver import Receiver
 
 pytestmark = pytest.mark.integration
@@ -58,11 +58,15 @@ async def test_two_monitors_one_killed_mid_send_and_a_failing_sink_page_each_inc
             held = receiver.at("/hook")
             if not held:
                 return None
-            # The delivery header is the notification's id: the row of exactly this send.
+            # The delivery header names the incident, event and sink: the row of this send.
+            _, incident_id, event, sink = held[0].headers[DELIVERY_HEADER].split(":")
             rows = await fetch(
                 pool,
-                "SELECT * FROM cronwarden.notifications WHERE id = $1",
-                int(held[0].headers[DELIVERY_HEADER]),
+                "SELECT * FROM cronwarden.notifications"
+                " WHERE incident_id = $1 AND event = $2 AND sink = $3",
+                int(incident_id),
+                event,
+                sink,
             )
             return rows[0] if rows else None
 

@@ -29,8 +29,8 @@ from tests.faults.worker_process import StartWorker
 from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_backfill import clock_past
-from tests.integration.test_monitor import events
-from tests.integration.test_monitor import receiver as receiver
+from tests.monitor_support import events
+from tests.monitor_support import receiver as receiver
 from tests.support.cli import cli_json, iso
 from tests.support.schedules import definition
 

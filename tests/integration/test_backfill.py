@@ -36,13 +36,8 @@ from schedules.apply import apply_definitions
 from schedules.audit import audit
 from schedules.backfill import ManagedSchedule, load_managed, plan
 from schedules.backfill_cli import CONFIRM_ABOVE
-from schedules.replay import (
-    REPLAYED,
-    _start_or_attach,
-    replay_all,
-    replay_one,
-    replay_workflow_id,
-)
+from schedules.replay import REPLAYED, _start_or_attach, replay_all, replay_one
+from schedules.run_ids import REPLAY_INFIX, replay_workflow_id
 from schedules.window import Window
 from store import locks
 from tests.integration.conftest import (
@@ -269,7 +264,7 @@ async def test_running_backfill_twice_at_once_applies_each_key_once(
         pool,
         "SELECT logical_key FROM cronwarden.outbox WHERE schedule_id = $1 AND workflow_id LIKE $2",
         schedule_id,
-        f"{schedule_id}-replay-%",
+        f"{schedule_id}{REPLAY_INFIX}%",
     )
     assert len(rows) >= 6
     for report in (first, second):
@@ -311,22 +306,22 @@ async def test_a_lease_held_past_lock_wait_leaves_keys_overlap_locked_and_exits_
     }
     assert await committed(pool, schedule_id) == {}
 
-    # With a longer --lock-wait the replays keep retrying: the first key's replay ends
-    # overlap-locked while the lease is held, and is replayed once the holder lets go.
-    schedule = await load_managed(client, schedule_id)
-    first = next((await plan(client, pool, schedule, missed)).missing_times())
-    handle = client.get_workflow_handle(replay_workflow_id(schedule_id, first))
-    run_before = (await handle.describe()).run_id
+    # With a longer --lock-wait the replays wait in the lease's queue while it is held, and
+    # are replayed once the holder lets go.
     retrying = asyncio.create_task(
         cli_json(cli_env, "backfill", "run", schedule_id, *args, "--lock-wait", "60s")
     )
 
-    async def a_new_replay_ended_overlap_locked() -> bool:
-        latest = await handle.describe()
-        return latest.run_id != run_before and latest.status == WorkflowExecutionStatus.COMPLETED
+    async def replays_queued() -> bool:
+        rows = await fetch(
+            pool,
+            "SELECT 1 FROM cronwarden.lock_waiters WHERE name = $1 AND expires_at > now()",
+            lease,
+        )
+        return bool(rows)
 
     try:
-        await wait_for(a_new_replay_ended_overlap_locked, timeout=30, what="a locked-out replay")
+        await wait_for(replays_queued, timeout=30, what="replays waiting for the lease")
     finally:
         async with pool.acquire() as conn:
             await locks.release(conn, name=lease, token=held.token)

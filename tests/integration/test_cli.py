@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 import uuid
 from datetime import timedelta
@@ -230,3 +231,54 @@ async def test_a_worker_without_jobs_refuses_to_start(cli_env: dict[str, str]) -
     result = await cli(env, "worker")
     assert result.code == 2, result
     assert "CRONWARDEN_JOBS is not set" in result.stderr
+
+
+async def test_duration_flags_take_units_and_a_bare_number_is_seconds(
+    cli_env: dict[str, str],
+) -> None:
+    for args in (
+        ["monitor", "--once", "--interval", "5s"],
+        ["monitor", "--once", "--interval", "2"],
+        ["migrate", "--check", "--wait", "1m"],
+        ["migrate", "--check", "--wait", "0s"],
+        ["migrate", "--check", "--wait", "30"],
+    ):
+        result = await cli(cli_env, *args)
+        assert result.code == 0, (args, result)
+    # Past the flag, to the schedule lookup: the bare number was read as seconds.
+    window = ("--start", "-1h", "--end", "now")
+    bare = await cli(cli_env, "backfill", "run", "no-such-schedule", *window, "--lock-wait", "60")
+    assert bare.code == 1 and "no schedule 'no-such-schedule'" in bare.stderr, bare
+    for args, flag in (
+        (["monitor", "--once", "--interval", "5x"], "--interval"),
+        (["monitor", "--once", "--interval", "50ms"], "--interval"),
+        (["migrate", "--check", "--wait", "-1s"], "--wait"),
+        (["backfill", "run", "no-such-schedule", *window, "--lock-wait", "soon"], "--lock-wait"),
+    ):
+        result = await cli(cli_env, *args)
+        assert result.code == 2, (args, result)
+        assert flag in result.stderr and "is not a duration" in result.stderr, result
+        assert "Traceback" not in result.stderr
+
+
+async def test_an_unreachable_default_database_points_at_the_dev_settings(
+    cli_env: dict[str, str],
+) -> None:
+    # A second shell beside `cronwarden dev` that never loaded .cronwarden/env.
+    env = {k: v for k, v in cli_env.items() if k != "CRONWARDEN_DATABASE_URL"}
+    for command in (["migrate"], ["status"]):
+        result = await cli(env, *command)
+        assert result.code == 1, result
+        assert "cannot reach Postgres at 127.0.0.1:5432/cronwarden" in result.stderr
+        assert "set -a; . .cronwarden/env; set +a" in result.stderr, result
+    # A DSN the user chose gets no such hint: it is not the dev stack they meant.
+    chosen = await cli(
+        cli_env | {"CRONWARDEN_DATABASE_URL": "postgresql://x@127.0.0.1:1/y"}, "migrate"
+    )
+    assert chosen.code == 1 and ".cronwarden/env" not in chosen.stderr, chosen
+
+
+async def test_errors_print_times_in_whole_seconds(cli_env: dict[str, str]) -> None:
+    result = await cli(cli_env, "backfill", "plan", "any", "--start", "now", "--end", "now")
+    assert result.code == 2, result
+    assert re.search(r"its end \(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)", result.stderr), result

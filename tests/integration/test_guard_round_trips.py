@@ -15,6 +15,8 @@ from temporalio.client import Client
 from activities.contract import RAN
 from bench.guard_overhead import DescribeCounter, is_prepare, label_statement
 from bench.pgwire import RoundTripProxy, target_of
+from schedules.apply import apply_definitions
+from schedules.model import ScheduleDefinition
 from store.pool import create_pool, own_statements
 from tests.integration.conftest import fetch, in_process_worker
 from tests.integration.test_guard import FIRE, start_run
@@ -32,21 +34,39 @@ async def proxy(database: str) -> AsyncIterator[RoundTripProxy]:
         await counting.stop()
 
 
-async def test_a_guarded_no_op_run_makes_three_postgres_round_trips_and_one_describe(
-    client: Client, database: str, task_queue: str, schedule_id: str, proxy: RoundTripProxy
+async def test_a_guarded_no_op_run_makes_three_postgres_round_trips_and_no_describe_once_cached(
+    client: Client,
+    database: str,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    proxy: RoundTripProxy,
 ) -> None:
+    # A real schedule: the guard caches its next action times (activities/next_fires.py).
+    await apply_definitions(
+        client,
+        pool,
+        [
+            ScheduleDefinition.model_validate(
+                {"id": schedule_id, "job": "noop-digest", "every": "1h"}
+            )
+        ],
+        task_queue=task_queue,
+    )
     # One connection is enough for a no-op run, and asyncpg's pool reuses the last released
     # one first: the count is the same on every run.
-    pool = await create_pool(proxy.proxied(database), max_size=2)
+    proxied = await create_pool(proxy.proxied(database), max_size=2)
     # The worker's client (the one the guard describes schedules with) counts its calls.
     describes = DescribeCounter()
     counted_client = Client(
         client.service_client, namespace=client.namespace, interceptors=[describes]
     )
     try:
-        async with in_process_worker(counted_client, pool, task_queue):
+        async with in_process_worker(counted_client, proxied, task_queue):
             warm_up = await start_run(client, task_queue, schedule_id, job="noop-digest")
             assert (await warm_up.result()).outcome == RAN
+            # The cold cache asked Temporal once.
+            assert describes.calls == 1
             proxy.reset()
             describes.calls = 0
             handle = await start_run(
@@ -54,15 +74,16 @@ async def test_a_guarded_no_op_run_makes_three_postgres_round_trips_and_one_desc
             )
             assert (await handle.result()).outcome == RAN
     finally:
-        await pool.close()
+        await proxied.close()
+        await client.get_schedule_handle(schedule_id).delete()
     counted = {label: n for label, n in proxy.counts.items() if not is_prepare(label)}
     assert counted == {
         "acquire (+ outbox look)": 1,
         "outbox check": 1,
         "commit (fence + outbox + heartbeat + release)": 1,
     }
-    # The heartbeat's next expected fire, asked of Temporal once per run (never cached).
-    assert describes.calls == 1
+    # The heartbeat's next expected fire came from the worker's cache: no describe at all.
+    assert describes.calls == 0
 
 
 async def test_session_state_a_job_sets_is_reset_before_the_connection_is_reused(

@@ -1,23 +1,28 @@
-"""The worker's /healthz and /readyz, served in-process against the real servers."""
+"""The health endpoints (the worker's and the monitor's), served in-process against the real
+servers: liveness never depends on a server, readiness does."""
 
 from __future__ import annotations
 
 import asyncio
 import re
 import socket
+from pathlib import Path
 
 import asyncpg
 import pytest
 import structlog.testing
+from pydantic import SecretStr
 from temporalio.client import Client
 
+from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedTemporal, free_port
 from cronwarden.errors import PortInUse
 from cronwarden.health import WorkerReadiness, serve_health
 from cronwarden.worker_runtime import run_worker
+from monitor.loop import run_monitor
 from store.pool import create_pool
-from tests.http_probe import Answer, http_get
-from tests.integration.conftest import wait_for, worker_settings
+from tests.http_probe import Answer, http_get, http_get_text
+from tests.integration.conftest import embedded_postgres, wait_for, worker_settings
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +109,50 @@ async def test_a_health_port_in_use_is_refused_naming_the_port(
         with pytest.raises(PortInUse, match=f"health port {port} is in use"):
             async with serve_health(port, readiness):
                 pass
+
+
+async def test_with_postgres_and_temporal_down_the_worker_is_alive_and_not_ready(
+    tmp_path: Path,
+) -> None:
+    dead_temporal = await Client.connect(f"127.0.0.1:{free_port()}", lazy=True)
+    with embedded_postgres(tmp_path) as postgres:
+        pool = await create_pool(postgres.dsn("postgres"), max_size=2)
+    # The server is stopped: the pool's connections are dead, and new ones are refused.
+    readiness = WorkerReadiness(
+        client=dead_temporal, pool=pool, polling=lambda: True, draining=lambda: False
+    )
+    port = free_port()
+    try:
+        async with serve_health(port, readiness):
+            assert await http_get(port, "/healthz") == Answer(200, {"status": "ok"})
+            answer = await http_get(port, "/readyz")
+            assert answer.status == 503
+            assert answer.body["checks"]["worker"] == "ok"
+            assert answer.body["checks"]["postgres"] != "ok"
+            assert answer.body["checks"]["temporal"] != "ok"
+    finally:
+        pool.terminate()
+
+
+async def test_with_postgres_down_the_monitor_is_alive_and_not_ready() -> None:
+    # Nothing listens on this port: every pass fails to reach the database.
+    settings = Settings(database_url=SecretStr(f"postgresql://postgres@127.0.0.1:{free_port()}/x"))
+    port = free_port()
+    stop = asyncio.Event()
+    with structlog.testing.capture_logs() as logs:
+        monitor = asyncio.create_task(
+            run_monitor(settings, interval=0.2, metrics_port=port, stop=stop, handle_signals=False)
+        )
+        try:
+
+            async def failed_twice() -> bool | None:
+                failed = [e for e in logs if e["event"] == "monitor.database-unreachable"]
+                return True if len(failed) >= 2 else None
+
+            await wait_for(failed_twice, timeout=30, what="two passes that missed the database")
+            assert await http_get_text(port, "/healthz") == (200, "ok\n")
+            status, _ = await http_get_text(port, "/readyz")
+            assert status == 503
+        finally:
+            stop.set()
+            await asyncio.wait_for(monitor, timeout=30)

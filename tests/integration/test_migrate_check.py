@@ -1,10 +1,14 @@
 """`cronwarden migrate --check [--wait]`: what a worker's init container runs, as the runtime role,
-so a new worker never starts before the migrate Job applied its migrations."""
+so a new worker never starts before the monitor's migrate step applied its migrations."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +97,68 @@ async def test_wait_without_check_is_refused(cli_env: dict[str, str]) -> None:
     result = await cli(cli_env, "migrate", "--wait", "5")
     assert result.code == 2
     assert "--wait only applies with --check" in result.stderr
+
+
+def pid_one_of(unshare_pid: int) -> int:
+    """The host pid of the process `unshare --pid --fork` started as PID 1 of its namespace."""
+    children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children").read_text().split()
+    [child] = [int(c) for c in children]
+    nspids = next(
+        line.split()[1:]
+        for line in Path(f"/proc/{child}/status").read_text().splitlines()
+        if line.startswith("NSpid:")
+    )
+    assert nspids[-1] == "1", nspids
+    return child
+
+
+async def test_a_waiting_check_running_as_pid_1_stops_on_sigterm(
+    postgres_server: EmbeddedPostgres, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """An init container's entrypoint is PID 1 of its PID namespace, where the kernel ignores a
+    signal the process has no handler for: run it that way, as the runtime role would, with the
+    DSN in a mounted file."""
+    unshare = shutil.which("unshare")
+    assert unshare is not None, "util-linux's unshare is needed to run a process as PID 1"
+    name = f"empty_{uuid.uuid4().hex[:12]}"
+    postgres_server.create_database(name, exists_ok=False)
+    dsn_file = tmp_path / "runtime-url"
+    dsn_file.write_text(postgres_server.dsn(name) + "\n")
+    env = {k: v for k, v in cli_env.items() if k != "CRONWARDEN_DATABASE_URL"}
+    env["CRONWARDEN_DATABASE_URL_FILE"] = str(dsn_file)
+    waiting = await asyncio.create_subprocess_exec(
+        unshare,
+        "--pid",
+        "--fork",
+        "--kill-child",
+        *cronwarden_argv("migrate", "--check", "--wait", "10m"),
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    observer = await connect(postgres_server.dsn(name))
+    try:
+
+        async def polling() -> bool:
+            assert waiting.returncode is None, "the check exited before it was stopped"
+            count: int = await observer.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
+                " AND application_name = $2",
+                name,
+                CHECK_APPLICATION_NAME,
+            )
+            return count > 0
+
+        await wait_for(polling, timeout=30, what="the check to poll the database")
+        os.kill(pid_one_of(waiting.pid), signal.SIGTERM)
+        try:
+            _, err = await asyncio.wait_for(waiting.communicate(), timeout=30)
+        except TimeoutError:
+            raise AssertionError("the check, PID 1 of its namespace, ignored SIGTERM") from None
+    finally:
+        await observer.close()
+        if waiting.returncode is None:
+            waiting.kill()  # unshare, and with it (--kill-child) its child
+            await waiting.wait()
+    assert waiting.returncode == 128 + signal.SIGTERM, err.decode()

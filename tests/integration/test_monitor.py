@@ -9,14 +9,11 @@ import asyncio
 import hashlib
 import hmac
 import json
-import os
 import signal
 import socket
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -27,102 +24,43 @@ from temporalio.worker import Worker
 
 from cronwarden.config import Settings
 from cronwarden.embedded import free_port
-from monitor.loop import Monitor, options_from_settings, run_monitor, sinks_from_settings
+from monitor.db_alert import default_state_file
+from monitor.loop import run_monitor
 from monitor.messages import TRIGGER, incident_message
 from monitor.sinks.slack import SlackSink
 from schedules.apply import apply_definitions
 from store import incidents, locks, notifications, runs, watch
 from store.pool import connect
 from store.runs import CommitOutcome
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
+from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_guard import start_run
+from tests.monitor_support import (
+    RECOVERED,
+    ROUTING_KEY,
+    SECRET,
+    SLACK_PATH,
+    due_now,
+    env_for,
+    events,
+    heartbeat_lands,
+    held_mid_send,
+    incidents_of,
+    monitoring,
+    passes,
+    settings_for,
+    stage,
+    stage_many,
+    start_monitor,
+    waiting_on_locks,
+)
+from tests.monitor_support import (
+    receiver as receiver,
+)
 from tests.receiver import Receiver
 from tests.support.cli import cli
 from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
-
-SECRET = "whsec-test-7f3a"
-ROUTING_KEY = "pd-routing-key-91c2"
-SLACK_PATH = "/slack/T000/B000/slack-token-5d1e"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with Receiver() as r:
-        yield r
-
-
-def settings_for(database: str, receiver: Receiver, **overrides: Any) -> dict[str, Any]:
-    values: dict[str, Any] = {
-        "database_url": database,
-        "alert_webhook_url": receiver.url("/hook"),
-        "alert_webhook_secret": SECRET,
-        "monitor_retry_base_seconds": 0.05,
-        "monitor_retry_max_seconds": 0.2,
-        "monitor_send_timeout_seconds": 5,
-    }
-    values.update(overrides)
-    return values
-
-
-def env_for(values: dict[str, Any]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRONWARDEN_")}
-    env.update({f"CRONWARDEN_{k.upper()}": str(v) for k, v in values.items()})
-    env["PYTHONPATH"] = str(REPO_ROOT)
-    return env
-
-
-@asynccontextmanager
-async def monitoring(database: str, receiver: Receiver, **overrides: Any) -> AsyncIterator[Monitor]:
-    settings = Settings.model_validate(settings_for(database, receiver, **overrides))
-    monitor = Monitor(
-        dsn=settings.dsn,
-        sinks=sinks_from_settings(settings),
-        options=options_from_settings(settings, interval=0.2),
-    )
-    try:
-        yield monitor
-    finally:
-        await monitor.close()
-
-
-async def passes(monitor: Monitor, n: int = 1) -> None:
-    for _ in range(n):
-        await monitor.run_pass()
-
-
-async def stage(
-    pool: asyncpg.Pool,
-    schedule_id: str,
-    *,
-    late: str = "1 hour",
-    grace: str = "1 minute",
-    succeeded: bool = True,
-    paused: bool = False,
-) -> None:
-    """A heartbeat row whose expected fire was `late` ago (database time)."""
-    async with pool.acquire() as conn:
-        await conn.execute(
-            """
-            INSERT INTO cronwarden.heartbeats
-                   (schedule_id, next_expected_at, grace, last_success_at, paused)
-            VALUES ($1, now() - $2::text::interval, $3::text::interval,
-                    CASE WHEN $4 THEN now() - interval '2 hours' END, $5)
-            """,
-            schedule_id,
-            late,
-            grace,
-            succeeded,
-            paused,
-        )
-
-
-async def stage_many(pool: asyncpg.Pool, prefix: str, n: int) -> list[str]:
-    ids = [f"{prefix}-{i}" for i in range(n)]
-    for sid in ids:
-        await stage(pool, sid)
-    return ids
 
 
 async def stage_and_watch(
@@ -142,30 +80,10 @@ async def stage_and_watch(
 
 # What happens to a schedule after its incident opened, and how the incident must resolve.
 CHANGES = {
-    "recovered": "UPDATE cronwarden.heartbeats SET last_success_at = now(),"
-    " next_expected_at = now() + interval '1 hour' WHERE schedule_id = $1",
+    "recovered": RECOVERED,
     "paused": "UPDATE cronwarden.heartbeats SET paused = true WHERE schedule_id = $1",
     "schedule-deleted": "DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1",
 }
-
-
-async def heartbeat_lands(pool: asyncpg.Pool, schedule_id: str) -> None:
-    """What a run's commit does to the row: success now, next fire in the future."""
-    async with pool.acquire() as conn:
-        await conn.execute(CHANGES["recovered"], schedule_id)
-
-
-def events(receiver: Receiver, path: str = "/hook", **match: Any) -> list[dict[str, Any]]:
-    bodies = [r.body for r in receiver.at(path, accepted_only=True)]
-    return [b for b in bodies if all(b.get(k) == v for k, v in match.items())]
-
-
-async def incidents_of(pool: asyncpg.Pool, schedule_id: str | None) -> list[asyncpg.Record]:
-    return await fetch(
-        pool,
-        "SELECT * FROM cronwarden.incidents WHERE schedule_id IS NOT DISTINCT FROM $1 ORDER BY id",
-        schedule_id,
-    )
 
 
 async def test_an_overdue_schedule_pages_exactly_once_over_many_passes(
@@ -315,6 +233,9 @@ async def test_acquire_without_a_deadline_leaves_the_lease_unwatched(pool: async
     assert row["run_deadline"] is None and row["schedule_id"] is None
 
 
+NEXT_FIRE = datetime(2099, 1, 1, tzinfo=UTC)
+
+
 async def commit_a_run(pool: asyncpg.Pool, schedule_id: str) -> CommitOutcome:
     """What the guard's commit does, for a fresh lease on the schedule."""
     lock = f"schedule:{schedule_id}"
@@ -337,9 +258,10 @@ async def commit_a_run(pool: asyncpg.Pool, schedule_id: str) -> CommitOutcome:
                 args_digest="d",
                 workflow_id=None,
                 run_id=None,
-                next_expected_at=fire + timedelta(hours=1),
                 grace=timedelta(minutes=1),
                 write_heartbeat=True,
+                # The worker's cached next fires: the statement takes the first after now().
+                next_fire_times=[fire + timedelta(hours=1), NEXT_FIRE],
             ),
         )
 
@@ -365,7 +287,7 @@ async def test_a_runs_commit_updates_the_heartbeat_row_that_apply_created(
         pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
     )
     assert beat["last_logical_key"] == f"{schedule_id}@2026-03-01T11:00:00Z"
-    assert beat["next_expected_at"] == datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    assert beat["next_expected_at"] == NEXT_FIRE
 
 
 async def test_five_schedules_overdue_together_send_one_system_page_and_one_resolve(
@@ -539,21 +461,13 @@ async def test_a_sink_answering_500_then_200_gets_the_page_once(
     assert monitor.metrics.failed["webhook"] == 2 and monitor.metrics.sent["webhook"] == 1
 
 
-async def due_now(pool: asyncpg.Pool) -> None:
-    """Move every backed-off notification's retry to now: the test, not the clock, decides."""
-    async with pool.acquire() as conn:
-        await conn.execute(
-            "UPDATE cronwarden.notifications SET next_attempt_at = now() WHERE delivered_at IS NULL"
-        )
-
-
 async def test_a_resolve_waits_until_its_trigger_reached_the_sink(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
     await stage(pool, schedule_id)
     receiver.script.extend([500])
     # A backoff far longer than the test: only `due_now` makes the failed trigger due again.
-    slow = {"monitor_retry_base_seconds": 3600, "monitor_retry_max_seconds": 3600}
+    slow: dict[str, Any] = {"monitor_retry_base_seconds": 3600, "monitor_retry_max_seconds": 3600}
     async with monitoring(database, receiver, **slow) as monitor:
         await passes(monitor)  # the trigger fails and backs off
         await heartbeat_lands(pool, schedule_id)
@@ -570,7 +484,7 @@ async def test_a_late_resolve_of_one_incident_never_closes_the_next_incidents_pa
     # PagerDuty folds every incident of a schedule under one dedup_key: incident 1's resolve,
     # delivered after incident 2's trigger, would close the page incident 2 needs.
     await stage(pool, schedule_id)
-    only_pd = {
+    only_pd: dict[str, Any] = {
         "alert_webhook_url": None,
         "pagerduty_routing_key": ROUTING_KEY,
         "pagerduty_url": receiver.url("/pd"),
@@ -618,14 +532,14 @@ async def test_a_sink_that_raises_fails_its_own_rows_and_the_pass_goes_on(
 ) -> None:
     await stage(pool, schedule_id)
     async with monitoring(database, receiver, monitor_ping_url=receiver.url("/ping")) as monitor:
-        # A URL urllib refuses with a ValueError that quotes it (settings would refuse it).
+        # A URL the HTTP client refuses with an error that quotes it (settings would refuse it).
         monitor.sinks["slack"] = SlackSink(SecretStr("no-scheme/slack-token-5d1e"))
         await passes(monitor, 2)
     assert [b["event"] for b in events(receiver)] == ["trigger"]
     assert len(receiver.at("/ping")) == 2
     [failed] = await fetch(pool, "SELECT * FROM cronwarden.notifications WHERE sink = 'slack'")
     assert failed["delivered_at"] is None and failed["claimed_until"] is None
-    assert failed["last_error"] == "ValueError"
+    assert failed["last_error"] == "UnsupportedProtocol"
     [state] = await fetch(pool, "SELECT * FROM cronwarden.monitor_state")
     assert state["passes"] == 2
 
@@ -636,7 +550,10 @@ async def test_delivery_in_one_pass_stops_once_its_budget_is_spent(
     await stage_many(pool, schedule_id, 5)
     receiver.hold.set()  # every send hangs until its timeout
     # Budget of a pass: max(interval 0.2 s, send timeout 0.5 s); the first send alone uses it.
-    slow = {"monitor_send_timeout_seconds": 0.5, "monitor_system_min_schedules": 100}
+    slow: dict[str, Any] = {
+        "monitor_send_timeout_seconds": 0.5,
+        "monitor_system_min_schedules": 100,
+    }
     async with monitoring(database, receiver, **slow) as monitor:
         report = await monitor.run_pass()
     assert report.opened == 5 and report.delivered == 0
@@ -662,7 +579,9 @@ async def test_a_claimed_notification_is_sent_again_once_its_claim_lapses(
                 sinks=monitor.sink_names,
                 message=incident_message(TRIGGER, opened),
             )
-            claimed = await notifications.claim_next(conn, claimer="dead", claim_seconds=3600)
+            claimed = await notifications.claim_next(
+                conn, claimer="dead", claim_seconds=3600, sinks=monitor.sink_names
+            )
             assert claimed is not None
         await passes(monitor, 2)
         assert receiver.at("/hook") == []  # the claim still holds
@@ -682,7 +601,7 @@ async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
 ) -> None:
     ids = await stage_many(pool, schedule_id, 8)
     # Keep them individual pages: the race under test is per schedule.
-    extra = {"monitor_system_min_schedules": 100}
+    extra: dict[str, Any] = {"monitor_system_min_schedules": 100}
     async with (
         monitoring(database, receiver, **extra) as a,
         monitoring(database, receiver, **extra) as b,
@@ -692,16 +611,6 @@ async def test_many_monitor_replicas_passing_at_once_page_each_schedule_once(
             await asyncio.gather(a.run_pass(), b.run_pass(), c.run_pass())
     paged = sorted(b["schedule_id"] for b in events(receiver))
     assert paged == sorted(ids)
-
-
-async def waiting_on_locks(pool: asyncpg.Pool, at_least: int) -> bool:
-    """At least this many monitor sessions wait for a lock (a test holds it)."""
-    async with pool.acquire() as conn:
-        waiting: int = await conn.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = 'cronwarden' AND wait_event_type = 'Lock'"
-        )
-    return waiting >= at_least
 
 
 async def test_two_monitor_processes_over_one_database_page_once(
@@ -729,30 +638,6 @@ async def test_two_monitor_processes_over_one_database_page_once(
     assert len(receiver.at("/hook")) == 2
     opened = sum(r.stderr.count('"incident.opened"') for r in results)
     assert opened == 2, results
-
-
-async def start_monitor(env: dict[str, str], log: Path | None = None) -> asyncio.subprocess.Process:
-    """A `cronwarden monitor` subprocess; its output goes to `log` if given, else nowhere."""
-    # The child keeps its own copy of the descriptor.
-    with log.open("ab") if log is not None else open(os.devnull, "wb") as out:
-        return await asyncio.create_subprocess_exec(
-            *cronwarden_argv("--log-json", "monitor", "--interval", "0.2"),
-            env=env,
-            cwd=REPO_ROOT,
-            stdout=out,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-
-
-def held_mid_send(row: asyncpg.Record, *, attempts: int) -> bool:
-    """A notification claimed by a sender that died mid-send: still claimed, not delivered, no
-    error recorded and no attempt added since the claim."""
-    return (
-        row["delivered_at"] is None
-        and row["claimed_until"] is not None
-        and row["last_error"] is None
-        and row["attempts"] == attempts
-    )
 
 
 async def test_a_monitor_killed_mid_send_delivers_the_page_once_after_restart(
@@ -834,6 +719,7 @@ async def test_a_monitor_that_cannot_reach_the_database_alerts_the_sinks_directl
         ("monitor-database-unreachable", "trigger"),
         ("monitor-database-unreachable", "resolve"),
     ]
+    default_state_file(dead).unlink(missing_ok=True)  # what the `--once` left for its successor
 
 
 async def test_a_connection_the_database_dropped_does_not_page_the_database_alert(
@@ -854,7 +740,10 @@ async def test_a_connection_the_database_dropped_does_not_page_the_database_aler
 async def test_a_pass_stuck_on_a_lock_times_out_and_alerts_then_the_monitor_goes_on(
     database: str, pool: asyncpg.Pool, receiver: Receiver
 ) -> None:
-    fast = {"monitor_database_timeout_seconds": 1, "monitor_send_timeout_seconds": 0.5}
+    fast: dict[str, Any] = {
+        "monitor_database_timeout_seconds": 1,
+        "monitor_send_timeout_seconds": 0.5,
+    }
     async with pool.acquire() as holder, monitoring(database, receiver, **fast) as monitor:
         # Another session holds a lock that the delivery part of the pass needs.
         async with holder.transaction():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -13,11 +14,12 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
+import tests.jobs
 from activities.contract import RAN, logical_key
 from cronwarden.embedded import EmbeddedPostgres
 from store.migrate import available_migrations, migrate
 from store.pool import connect, create_pool
-from tests.integration.conftest import REPO_ROOT, in_process_worker
+from tests.integration.conftest import REPO_ROOT, embedded_postgres, in_process_worker
 from tests.integration.test_guard import FIRE, effects, start_run
 from tests.support.cli import cli
 
@@ -235,3 +237,85 @@ async def test_the_runtime_role_may_check_migrations_but_not_apply_them(
     applied = await cli(env, "migrate")
     assert applied.code == 1
     assert "permission denied" in applied.stderr
+
+
+ADMIN = "cloud_admin"
+
+
+async def owners(conn: asyncpg.Connection) -> set[str]:
+    """Who owns the schema and every relation, function and type in it."""
+    rows = await conn.fetch(
+        """
+        SELECT pg_get_userbyid(nspowner) AS owner FROM pg_namespace WHERE nspname = 'cronwarden'
+        UNION SELECT pg_get_userbyid(relowner) FROM pg_class
+              WHERE relnamespace = 'cronwarden'::regnamespace
+        UNION SELECT pg_get_userbyid(proowner) FROM pg_proc
+              WHERE pronamespace = 'cronwarden'::regnamespace
+        UNION SELECT pg_get_userbyid(typowner) FROM pg_type
+              WHERE typnamespace = 'cronwarden'::regnamespace
+        """
+    )
+    return {r["owner"] for r in rows}
+
+
+@pytest.mark.parametrize("migrated_before", [False, True], ids=["fresh", "migrated-before"])
+async def test_a_createrole_admin_that_is_no_superuser_sets_up_the_roles(
+    tmp_path: Path,
+    client: Client,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+    migrated_before: bool,
+) -> None:
+    """What managed Postgres gives you: an admin with CREATEROLE that owns the database, on a
+    cluster of its own (roles are cluster-wide, and a CREATEROLE admin administers only the
+    roles it created)."""
+    with embedded_postgres(tmp_path) as server:
+        root = await connect(server.dsn("postgres"))
+        try:
+            await root.execute(f"CREATE ROLE {ADMIN} LOGIN CREATEROLE")
+            await root.execute(f"CREATE DATABASE app OWNER {ADMIN}")
+        finally:
+            await root.close()
+        dsn = as_role(server.dsn("app"), ADMIN)
+        admin = await connect(dsn)
+        try:
+            assert not await admin.fetchval(
+                "SELECT rolsuper FROM pg_roles WHERE rolname = $1", ADMIN
+            )
+            await admin.execute(tests.jobs.EFFECTS_DDL)
+            if migrated_before:  # the schema, its tables and its function owned by the admin
+                await migrate(admin)
+            await admin.execute(ROLES_SQL.read_text())
+            await admin.execute(f"GRANT SELECT, INSERT ON public.test_effects TO {RUNTIME}")
+        finally:
+            await admin.close()
+
+        migrator = await connect(as_role(dsn, MIGRATOR))
+        try:
+            await migrate(migrator)
+            assert await owners(migrator) == {MIGRATOR}
+            # A later migration that replaces the heartbeat trigger's function.
+            definition = await migrator.fetchval(
+                "SELECT pg_get_functiondef('cronwarden.heartbeats_set_alert_after'::regproc)"
+            )
+            await migrator.execute(definition)
+        finally:
+            await migrator.close()
+
+        pool = await create_pool(as_role(dsn, RUNTIME), max_size=6)
+        try:
+            async with pool.acquire() as conn:
+                found = await runtime_privileges(conn)
+            assert found == intended(found)
+            async with in_process_worker(client, pool, task_queue):
+                handle = await start_run(client, task_queue, schedule_id)
+                outcome = await asyncio.wait_for(handle.result(), timeout=30)
+            assert outcome.outcome == RAN
+            assert await effects(pool, logical_key(schedule_id, FIRE)) == 1
+        finally:
+            await pool.close()
+        monitor = await cli(
+            {**cli_env, "CRONWARDEN_DATABASE_URL": as_role(dsn, RUNTIME)}, "monitor", "--once"
+        )
+        assert monitor.code == 0, monitor

@@ -445,7 +445,11 @@ async def test_a_recorded_pause_that_temporal_no_longer_holds_is_judged_like_any
     assert row["paused"] is False
     assert row["paused_by"] == "operator (not paused in Temporal)"
     assert row["pause_note"] == "disk swap"
-    assert row["health"] == "overdue"
+    # Judged as the monitor judges it once it lifts that pause: from Temporal's next fire (the
+    # fires that passed while it was paused were not missed), not from the stale deadline.
+    desc = await client.get_schedule_handle(managed).describe()
+    assert row["next_expected_at"] == desc.info.next_action_times[0].strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert row["health"] == "ok"
 
 
 async def test_unpause_of_a_schedule_without_a_heartbeat_row_starts_tracking_it(
@@ -625,14 +629,21 @@ async def test_commands_on_an_unknown_id_exit_1_naming_the_known_ids(
     client: Client, cli_env: dict[str, str], managed: str
 ) -> None:
     await wait_for(lambda: listed(client, managed), timeout=20, what="listed")
-    for command in ("describe", "pause", "unpause", "trigger"):
-        result = await cli(cli_env, "schedules", command, "no-such-schedule")
+    window = ("--start", "-1h", "--end", "now")
+    # One wording in every command that takes an id, audit and backfill included.
+    for command in (
+        *(("schedules", c, "no-such-schedule") for c in ("describe", "pause", "unpause")),
+        ("schedules", "trigger", "no-such-schedule"),
+        ("schedules", "delete", "no-such-schedule", "--yes"),
+        ("audit", "no-such-schedule"),
+        ("backfill", "plan", "no-such-schedule", *window),
+        ("backfill", "run", "no-such-schedule", *window),
+    ):
+        result = await cli(cli_env, *command)
         assert result.code == 1, (command, result)
-        assert result.stderr.startswith("error: no schedule 'no-such-schedule' (known: ")
+        assert result.stderr.startswith("error: no schedule 'no-such-schedule' (known: "), command
         assert managed in result.stderr
         assert "Traceback" not in result.stderr
-    gone = await cli(cli_env, "schedules", "delete", "no-such-schedule", "--yes")
-    assert gone.code == 1 and "no schedule 'no-such-schedule'" in gone.stderr
 
 
 async def test_operations_leave_a_schedule_cronwarden_did_not_create_alone(

@@ -37,7 +37,10 @@ ROW_KEYS = {
     "last_error",
     "skipped_overlap",
     "missed_catchup",
+    "skipped_lease",
+    "last_lease_skip",
     "incident",
+    "last_replay",
 }
 
 
@@ -62,7 +65,7 @@ async def status_rows(env: dict[str, str], *args: str) -> dict[str, dict[str, An
     result = await cli(env, "status", "--json", *args)
     assert result.code == 0, result
     data = json.loads(result.stdout)
-    assert set(data) == {"generated_at", "system_incident", "schedules"}
+    assert set(data) == {"generated_at", "system_incident", "schedules", "dead_letters"}
     return {row["schedule_id"]: row for row in data["schedules"]}
 
 

@@ -33,11 +33,14 @@ def test_the_action_starts_the_run_workflow_under_the_schedule_id() -> None:
 
 
 def test_the_run_input_carries_everything_the_guard_needs() -> None:
-    inp = run_input(defn(lock="billing", lock_ttl="30s", timeout="5m", args={"b": 1, "a": 2}))
+    d = defn(lock="billing", lock_ttl="30s", timeout="5m", args={"b": 1, "a": 2})
+    inp = run_input(d, task_queue="q")
     assert inp.lock_name == "billing"
     assert (inp.lock_ttl_seconds, inp.timeout_seconds) == (30, 300)
     assert inp.args == {"b": 1, "a": 2}
     assert inp.fire_time is None  # a scheduled fire reads TemporalScheduledStartTime
+    # The worker keys its cache of next fire times by it; the heartbeat row holds the same.
+    assert inp.definition_digest == definition_digest(d, task_queue="q")
 
 
 def test_the_digest_changes_with_any_field_or_the_task_queue_but_not_key_order() -> None:

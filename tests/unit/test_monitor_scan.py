@@ -160,6 +160,24 @@ def test_a_schedule_overdue_long_after_the_system_incident_opened_pages_on_its_o
     assert [p.schedule_id for p in result.open] == ["f"]
 
 
+def test_a_member_of_the_open_system_incident_overdue_again_rejoins_it_quietly() -> None:
+    old_system = incident(9, None, SYSTEM, opened_ago=3600)
+    result = decide(
+        overdue=[beat("a"), beat("f")],
+        open_incidents=[old_system],
+        system_members={"a", "b"},
+    )
+    assert [p.schedule_id for p in result.system] == ["a"]
+    assert [p.schedule_id for p in result.open] == ["f"]
+
+
+def test_many_overdue_long_after_a_system_incident_opened_each_page_on_their_own() -> None:
+    old_system = incident(9, None, SYSTEM, opened_ago=3600)
+    result = decide(overdue=[beat(s) for s in "fgh"], open_incidents=[old_system], watched=4)
+    assert result.system == []
+    assert [p.schedule_id for p in result.open] == ["f", "g", "h"]
+
+
 def test_just_after_a_system_incident_opened_newly_overdue_schedules_join_it() -> None:
     result = decide(overdue=[beat("f")], open_incidents=[incident(9, None, SYSTEM)])
     assert [p.schedule_id for p in result.system] == ["f"]

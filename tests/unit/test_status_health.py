@@ -15,6 +15,7 @@ from schedules.health import (
     OPERATOR_NOT_IN_TEMPORAL,
     OVERDUE,
     PAUSED,
+    RUNNING,
     UNTRACKED,
     derive_health,
     format_age,
@@ -51,6 +52,24 @@ def test_health_is_ok_until_the_expected_fire_late_within_grace_then_overdue(
     next_expected: datetime, expected: str
 ) -> None:
     assert health(next_expected) == expected
+
+
+@pytest.mark.parametrize(
+    ("next_expected", "expected"),
+    [(NOW - timedelta(seconds=1), RUNNING), (NOW - GRACE - timedelta(seconds=1), OVERDUE)],
+)
+def test_a_run_in_progress_within_the_grace_is_running_not_late(
+    next_expected: datetime, expected: str
+) -> None:
+    found = derive_health(
+        now=NOW,
+        tracked=True,
+        operator_paused=False,
+        next_expected_at=next_expected,
+        grace=GRACE,
+        running=True,
+    )
+    assert found == expected
 
 
 def test_an_operator_pause_silences_even_an_overdue_schedule() -> None:

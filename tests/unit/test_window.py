@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from cronwarden.errors import InvalidInput
-from schedules.audit import replay_fire_time, scheduled_fire_time
 from schedules.backfill_cli import _confirm
+from schedules.run_ids import replay_fire_time, scheduled_fire_time
 from schedules.window import Window, make_window, parse_instant, parse_since
 
 NOW = datetime(2026, 11, 30, 4, 0, 30, 250_000, tzinfo=UTC)
@@ -111,15 +111,17 @@ FOUR = datetime(2026, 11, 30, 4, tzinfo=UTC)
     ("workflow_id", "scheduled", "replay"),
     [
         ("nightly-2026-11-30T04:00:00Z", FOUR, None),
-        ("nightly-replay-2026-11-30T04:00:00Z", None, FOUR),
+        ("nightly~replay-2026-11-30T04:00:00Z", None, FOUR),
         # A run of schedule `nightly-eu`, and ids with something after the time.
         ("nightly-eu-2026-11-30T04:00:00Z", None, None),
-        ("nightly-replay-2026-11-30T04:00:00Z-abc", None, None),
+        ("nightly~replay-2026-11-30T04:00:00Z-abc", None, None),
         ("nightly-2026-11-30T04:00:00Z-abc", None, None),
-        ("nightly-replay-eu-2026-11-30T04:00:00Z", None, None),
+        ("nightly-eu~replay-2026-11-30T04:00:00Z", None, None),
         ("other-2026-11-30T04:00:00Z", None, None),
-        ("other-replay-2026-11-30T04:00:00Z", None, None),
+        ("other~replay-2026-11-30T04:00:00Z", None, None),
         ("nightly-2026-11-30T04:00:00.5Z", None, None),
+        # The old replay form is a scheduled run of schedule `nightly-replay`, not a replay.
+        ("nightly-replay-2026-11-30T04:00:00Z", None, None),
     ],
 )
 def test_a_run_workflow_id_names_its_fire_time_only_in_its_exact_form(
@@ -130,11 +132,10 @@ def test_a_run_workflow_id_names_its_fire_time_only_in_its_exact_form(
 
 
 def test_a_schedule_whose_id_extends_another_is_not_taken_for_its_replays() -> None:
-    # Schedule `nightly-replay`'s own runs: a scheduled run of it, never a scheduled run of
-    # `nightly` (the id alone cannot tell it from a replay of `nightly`: audit asks Temporal
-    # which schedule started it).
+    # Schedule `nightly-replay`'s own runs are its scheduled runs, never replays of `nightly`.
     assert scheduled_fire_time("nightly-replay", "nightly-replay-2026-11-30T04:00:00Z") == FOUR
     assert scheduled_fire_time("nightly", "nightly-replay-2026-11-30T04:00:00Z") is None
+    assert replay_fire_time("nightly", "nightly-replay-2026-11-30T04:00:00Z") is None
     assert replay_fire_time("nightly-replay", "nightly-replay-2026-11-30T04:00:00Z") is None
 
 
@@ -147,3 +148,16 @@ def test_more_than_a_hundred_keys_need_yes_when_nobody_can_answer(
     _confirm(5000, yes=True)
     with pytest.raises(InvalidInput, match="pass --yes"):
         _confirm(101, yes=False)
+
+
+def test_window_errors_print_times_in_whole_seconds() -> None:
+    now = datetime(2026, 11, 30, 4, 0, 30, 123_456, tzinfo=UTC)
+    with pytest.raises(InvalidInput) as empty:
+        make_window(now, now, now=now)
+    assert str(empty.value) == (
+        "the window is empty: its end (2026-11-30T04:00:30Z) is not after its start "
+        "(2026-11-30T04:00:30Z)"
+    )
+    with pytest.raises(InvalidInput) as future:
+        make_window(now - timedelta(hours=1), now + timedelta(seconds=1), now=now)
+    assert "(2026-11-30T04:00:31Z, now is 2026-11-30T04:00:30Z)" in str(future.value)

@@ -1,0 +1,180 @@
+"""Taking a run's lease: waiting for it in a fair order, and never leaking it to a cancellation.
+
+Why the wait happens here, inside the activity, polling every quarter second while it
+heartbeats Temporal, and not in the workflow between activity attempts: a live fire of a `skip`
+schedule that waits too long makes Temporal skip the schedule's NEXT fire, so a fire must get
+the lease within a moment of its release, not after a workflow timer and a new activity task.
+The order is kept by the database (`cronwarden.lock_waiters`, see store/locks.py): live fires
+first, then replays, each in arrival order, so a short poll never lets a lucky poller starve an
+unlucky one. Polling, not LISTEN/NOTIFY: a LISTEN needs a connection held for the whole wait
+(one per waiting run, outside the pool's accounting), and the poll is one short indexed
+statement; a quarter second is small against the seconds Temporal needs to start a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from store import locks
+from store.pool import own_statements
+
+# How often a queued run asks for the lease again; its place in the queue outlives this many
+# missed polls, so a run that died stops blocking the queue within seconds.
+POLL_EVERY = 0.25
+QUEUE_TTL_SECONDS = 5.0
+# Heartbeats to Temporal while waiting, well inside the workflow's 10 s heartbeat timeout.
+HEARTBEAT_EVERY = 2.0
+# A cancelled acquire waits this long for its statement's answer before falling back to a
+# release by holder (the lease then also expires by itself after its TTL).
+STATEMENT_GRACE_SECONDS = 10.0
+
+_DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    name: str
+    holder: str
+    """The activity attempt asking (workflow id / run id / activity id)."""
+    attempt: int
+    ttl_seconds: float
+    logical_key: str
+    schedule_id: str
+    run_deadline_seconds: float | None
+    replay: bool
+    """A `backfill run` replay: it queues behind every live fire."""
+    wait_for_any: bool
+    """Wait whoever holds the lease (buffer_one fires, replays); else only behind a replay."""
+    wait_seconds: float
+    """The longest this run may wait for the lease before it ends `overlap-locked`."""
+    per_key: bool = False
+    """A per-fire-time lease (allow_all): taking it sweeps the schedule's released ones."""
+
+
+async def acquire_lease(
+    pool: asyncpg.Pool,
+    req: LeaseRequest,
+    *,
+    log: Any,
+    heartbeat: Callable[[], None] | None = None,
+) -> locks.Acquisition:
+    """The lease, an already-done key, or (after waiting as long as the request allows) the
+    run holding the lease. A cancellation at any point leaves neither a lease nor a queue place
+    behind."""
+    give_up_at = time.monotonic() + req.wait_seconds
+    beating: asyncio.Task[None] | None = None
+    queued = False
+    try:
+        while True:
+            got = await _attempt(pool, req, log)
+            if got.token is not None or got.already_done:
+                return got
+            queued = queued or got.queued
+            left = give_up_at - time.monotonic()
+            if not got.queued or left <= 0:
+                if queued:
+                    await _leave(pool, req, log)
+                return got
+            if beating is None:
+                log.info(
+                    "run.lease-waiting",
+                    lock=req.name,
+                    held_by=got.held_for,
+                    held_by_replay=got.held_by_replay,
+                    wait_seconds=round(left, 1),
+                )
+                if heartbeat is not None:
+                    beating = asyncio.create_task(_beat(heartbeat), name=f"wait:{req.logical_key}")
+            await asyncio.sleep(min(POLL_EVERY, left))
+    except asyncio.CancelledError:
+        if queued:
+            await asyncio.shield(_leave(pool, req, log))
+        raise
+    finally:
+        if beating is not None:
+            beating.cancel()
+            await asyncio.wait([beating])
+
+
+async def _attempt(pool: asyncpg.Pool, req: LeaseRequest, log: Any) -> locks.Acquisition:
+    """One acquire statement, shielded: a cancellation cannot tear it between the moment the
+    lease is taken on the server and the moment its token reaches us (the statement itself, the
+    result on the wire, the connection's return to the pool). The cancelled caller waits for the
+    answer and releases what it got."""
+    statement = asyncio.ensure_future(_acquire_once(pool, req))
+    try:
+        return await asyncio.shield(statement)
+    except asyncio.CancelledError:
+        await asyncio.shield(_release_after_cancel(pool, req, statement, log))
+        raise
+
+
+async def _acquire_once(pool: asyncpg.Pool, req: LeaseRequest) -> locks.Acquisition:
+    async with own_statements(pool) as conn:
+        return await locks.acquire(
+            conn,
+            name=req.name,
+            holder=req.holder,
+            attempt=req.attempt,
+            ttl_seconds=req.ttl_seconds,
+            logical_key=req.logical_key,
+            schedule_id=req.schedule_id,
+            run_deadline_seconds=req.run_deadline_seconds,
+            replay=req.replay,
+            wait_for_any=req.wait_for_any,
+            queue_ttl_seconds=QUEUE_TTL_SECONDS,
+            sweep_released=req.per_key,
+        )
+
+
+async def _release_after_cancel(
+    pool: asyncpg.Pool,
+    req: LeaseRequest,
+    statement: asyncio.Future[locks.Acquisition],
+    log: Any,
+) -> None:
+    done, _ = await asyncio.wait([statement], timeout=STATEMENT_GRACE_SECONDS)
+    try:
+        async with own_statements(pool) as conn:
+            if not done:
+                # No answer in time: release whatever this attempt holds, by its name. Should
+                # the statement still land later, the lease expires after its TTL.
+                statement.add_done_callback(_retrieve)
+                await locks.release_holder(
+                    conn, name=req.name, holder=req.holder, attempt=req.attempt
+                )
+            elif not statement.cancelled() and statement.exception() is None:
+                got = statement.result()
+                if got.token is not None:
+                    await locks.release(conn, name=req.name, token=got.token)
+            await locks.leave_queue(conn, name=req.name, waiter=req.holder)
+    except _DB_ERRORS as exc:
+        log.warning("run.release-failed", error=str(exc), noticed="cancelled while acquiring")
+        return
+    log.info("run.lease-released", noticed="cancelled while acquiring")
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def _leave(pool: asyncpg.Pool, req: LeaseRequest, log: Any) -> None:
+    try:
+        async with own_statements(pool) as conn:
+            await locks.leave_queue(conn, name=req.name, waiter=req.holder)
+    except _DB_ERRORS as exc:
+        # The place expires by itself within QUEUE_TTL_SECONDS.
+        log.warning("run.lease-queue-leave-failed", error=str(exc))
+
+
+async def _beat(heartbeat: Callable[[], None]) -> None:
+    while True:
+        heartbeat()
+        await asyncio.sleep(HEARTBEAT_EVERY)

@@ -1,0 +1,108 @@
+"""The "monitor cannot reach the database" alert: when to send its trigger and its resolve.
+
+There is no database to keep this alert in, so its state lives in a small file beside the
+monitor (and in memory): a restarted monitor, or a `monitor --once` on the same host, knows an
+alert is open, does not page again for it, and is the one that resolves it once it sees the
+database healthy. The decisions are pure functions of that state and the wall clock.
+
+The rules: the first failed pass after a quiet spell pages; while the database stays
+unreachable the page repeats at most every `every` seconds; the first healthy pass resolves it.
+A database that flaps (down, up, down, ...) within `every` of the last page pages again only
+once it stays down for `confirm` passes in a row: one trigger and one resolve per spell, not
+one per pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from cronwarden.logs import get_logger
+
+log = get_logger("cronwarden.monitor")
+
+CONFIRM_PASSES = 3
+
+
+@dataclass(frozen=True)
+class AlertState:
+    open: bool = False
+    """A trigger went out and no resolve since."""
+    last_trigger_at: float | None = None
+    """Unix time of the last trigger sent."""
+    failures: int = 0
+    """Failed passes in a row."""
+
+
+def on_failure(
+    state: AlertState, *, now: float, every: float, confirm: int = CONFIRM_PASSES
+) -> tuple[AlertState, bool]:
+    """The state after a failed pass, and whether to send a trigger now."""
+    state = replace(state, failures=state.failures + 1)
+    recent = state.last_trigger_at is not None and now - state.last_trigger_at < every
+    # An open alert repeats every `every`. A fresh outage pages at once; one within `every` of
+    # the last page (flapping) only once it holds for `confirm` passes.
+    send = not recent or (not state.open and state.failures >= confirm)
+    if send:
+        state = replace(state, open=True, last_trigger_at=now)
+    return state, send
+
+
+def on_healthy(state: AlertState) -> tuple[AlertState, bool]:
+    """The state after a pass that reached the database, and whether to send the resolve."""
+    return replace(state, open=False, failures=0), state.open
+
+
+def default_state_file(dsn: str) -> Path:
+    """One file per database (not per process): every monitor of this host and database
+    shares it. The DSN's password never reaches the name, only a digest of the whole DSN."""
+    digest = hashlib.sha256(dsn.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"cronwarden-monitor-{digest}.json"
+
+
+class AlertStore:
+    """The state, in memory and (when it can be written) in `path`."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.state = self._load()
+
+    def _load(self) -> AlertState:
+        if self.path is None:
+            return AlertState()
+        try:
+            data = json.loads(self.path.read_text())
+            return AlertState(
+                open=bool(data["open"]),
+                last_trigger_at=(
+                    float(data["last_trigger_at"]) if data["last_trigger_at"] is not None else None
+                ),
+                failures=int(data["failures"]),
+            )
+        except FileNotFoundError:
+            return AlertState()
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "monitor.alert-state-unreadable", path=str(self.path), error=type(exc).__name__
+            )
+            return AlertState()
+
+    def save(self, state: AlertState) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        if self.path is None:
+            return
+        # Written whole and renamed into place: a monitor killed mid-write leaves the old state.
+        try:
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(asdict(state)))
+            tmp.replace(self.path)
+        except OSError as exc:
+            log.warning(
+                "monitor.alert-state-unwritable", path=str(self.path), error=type(exc).__name__
+            )

@@ -1,0 +1,142 @@
+"""Pause truth: a pause recorded by `schedules pause` counts only while Temporal holds it too
+(paused, with the note `schedules pause` wrote: pause_on_failure replaces that note, and its
+pause must page).
+
+Temporal's UI and CLI can unpause a schedule without cronwarden knowing; its heartbeat row would
+then keep the monitor silent about a schedule Temporal runs. Each pass therefore looks up, in
+Temporal, every schedule whose row says paused (few, and found by an index) and lifts the row's
+pause when Temporal no longer holds it. Temporal is asked, never relied on: when it does not
+answer in time the pass goes on with the rows as they are, so the monitor keeps paging from
+Postgres alone. (A schedule Temporal cannot reach runs nowhere, so its recorded pause silences
+nothing that runs.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from temporalio.client import Client
+
+from cronwarden.logs import get_logger
+from schedules.health import held_by_operator
+from schedules.inventory import describe_many
+from store import heartbeats
+
+log = get_logger("cronwarden.monitor")
+
+TemporalConnect = Callable[[], Awaitable[Client]]
+
+
+@dataclass(frozen=True)
+class Lift:
+    """A recorded pause Temporal no longer holds, to lift with `heartbeats.lift_stale_pause`."""
+
+    schedule_id: str
+    seen_updated_at: datetime
+    next_expected_at: datetime | None
+
+
+@dataclass(frozen=True)
+class PauseCheckPolicy:
+    timeout: float = 5.0
+    """Longest a pass waits for Temporal (connecting, or describing the paused schedules)."""
+    reconnect_every: float = 30.0
+    """After a failed connect, how long passes go on without asking Temporal."""
+    batch: int = 100
+    """At most this many paused schedules looked up per pass; more are taken in turn over the
+    next passes, so a pass stays cheap however many schedules are paused."""
+
+
+class PauseCheck:
+    """Finds the recorded pauses that Temporal no longer holds (see the module docstring)."""
+
+    def __init__(self, connect: TemporalConnect, policy: PauseCheckPolicy | None = None) -> None:
+        self._connect = connect
+        self.policy = policy or PauseCheckPolicy()
+        self._client: Client | None = None
+        self._next_connect = 0.0
+        self._reachable = True
+        self._after = ""
+        """The last schedule id looked up: the next pass goes on from there."""
+
+    async def _client_or_none(self) -> Client | None:
+        if self._client is not None:
+            return self._client
+        if time.monotonic() < self._next_connect:
+            return None
+        try:
+            async with asyncio.timeout(self.policy.timeout):
+                self._client = await self._connect()
+        except Exception as exc:
+            self._next_connect = time.monotonic() + self.policy.reconnect_every
+            self._unreachable(exc)
+            return None
+        return self._client
+
+    def _unreachable(self, exc: BaseException) -> None:
+        if self._reachable:
+            log.warning(
+                "monitor.temporal-unreachable",
+                error=type(exc).__name__,
+                note="recorded pauses are trusted until Temporal answers again",
+            )
+        self._reachable = False
+
+    def share(self, rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """This pass's share of `rows`: the next `batch` by schedule id, wrapping around."""
+        ordered = sorted(rows, key=lambda r: str(r["schedule_id"]))
+        start = bisect.bisect_right([str(r["schedule_id"]) for r in ordered], self._after)
+        turn = (ordered[start:] + ordered[:start])[: self.policy.batch]
+        self._after = str(turn[-1]["schedule_id"]) if len(ordered) > len(turn) else ""
+        return turn
+
+    async def lifts(self, rows: Sequence[Mapping[str, Any]]) -> list[Lift]:
+        """Of `rows` (marked paused), those Temporal runs unpaused, with their new deadline.
+        Empty when Temporal does not answer in time."""
+        if not rows:
+            return []
+        client = await self._client_or_none()
+        if client is None:
+            return []
+        rows = self.share(rows)
+        try:
+            async with asyncio.timeout(self.policy.timeout):
+                found = await describe_many(client, [r["schedule_id"] for r in rows])
+        except Exception as exc:
+            self._unreachable(exc)
+            return []
+        if not self._reachable:
+            log.info("monitor.temporal-reachable")
+            self._reachable = True
+        lifts = []
+        for row, desc in zip(rows, found, strict=True):
+            # Gone from Temporal: nothing runs it, so the pause silences nothing (and `apply`
+            # re-creating it clears the pause).
+            if desc is None:
+                continue
+            state = desc.schedule.state
+            if state.paused and held_by_operator(state.note):
+                continue
+            if state.paused:
+                # Paused again by something else (pause_on_failure): that pause pages, judged
+                # by the deadline the row holds.
+                deadline = row["next_expected_at"]
+            else:
+                times = desc.info.next_action_times
+                deadline = heartbeats.lifted_deadline(
+                    row["next_expected_at"], times[0] if times else None
+                )
+            lifts.append(
+                Lift(
+                    schedule_id=row["schedule_id"],
+                    seen_updated_at=row["updated_at"],
+                    next_expected_at=deadline,
+                )
+            )
+        return lifts

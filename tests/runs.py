@@ -1,0 +1,118 @@
+"""Starting guarded runs directly (as `backfill run` does) and reading what they left, for the
+integration tests of the run's commit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+from temporalio.client import (
+    Client,
+    DescribeScheduleInput,
+    Interceptor,
+    OutboundInterceptor,
+    ScheduleDescription,
+    WorkflowHandle,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.contract import RunOutcome
+from tests.integration.conftest import fetch
+from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
+
+
+def args_digest(args: dict[str, Any]) -> str:
+    return hashlib.sha256(
+        json.dumps(args, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+async def start_guarded(
+    client: Client,
+    task_queue: str,
+    schedule_id: str,
+    fire: datetime,
+    *,
+    job: str = "probe",
+    args: dict[str, Any] | None = None,
+    replay: bool = False,
+    definition_digest: str = "",
+    max_attempts: int = 3,
+) -> WorkflowHandle[Any, RunOutcome]:
+    args = args or {}
+    inp = ScheduledRunInput(
+        schedule_id=schedule_id,
+        job=job,
+        args=args,
+        args_digest=args_digest(args),
+        lock_name=f"schedule:{schedule_id}",
+        lock_ttl_seconds=10,
+        timeout_seconds=30,
+        heartbeat_grace_seconds=60,
+        max_attempts=max_attempts,
+        fire_time=fire.isoformat(),
+        replay=replay,
+        definition_digest=definition_digest,
+    )
+    return await client.start_workflow(
+        ScheduledRunWorkflow.run,
+        inp,
+        id=f"test-run-{schedule_id}-{fire:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
+        task_queue=task_queue,
+    )
+
+
+async def heartbeat(pool: asyncpg.Pool, schedule_id: str) -> asyncpg.Record:
+    [row] = await fetch(
+        pool, "SELECT * FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
+    )
+    return row
+
+
+async def count(pool: asyncpg.Pool, table: str, key: str) -> int:
+    """Rows of `table` (test_effects or cronwarden.outbox) for one logical key."""
+    assert table in ("test_effects", "cronwarden.outbox")
+    rows = await fetch(pool, f"SELECT count(*) AS n FROM {table} WHERE logical_key = $1", key)
+    return int(rows[0]["n"])
+
+
+async def lock_holder(pool: asyncpg.Pool, lock: str) -> str | None:
+    rows = await fetch(pool, "SELECT holder FROM cronwarden.locks WHERE name = $1", lock)
+    return rows[0]["holder"] if rows else None
+
+
+class WatchedDescribes(Interceptor):
+    """Installed on the worker's client: counts DescribeSchedule calls, notes how many
+    transactions of the test database were open at each, and can fail them as an unreachable
+    frontend does (the RPC is the edge being faked, nothing else)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.calls = 0
+        self.failing = False
+        self.open_transactions: list[int] = []
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _Watching(next, self)
+
+
+class _Watching(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, watched: WatchedDescribes) -> None:
+        super().__init__(next)
+        self._watched = watched
+
+    async def describe_schedule(self, input: DescribeScheduleInput) -> ScheduleDescription:
+        self._watched.calls += 1
+        rows = await fetch(
+            self._watched.pool,
+            "SELECT count(*) AS n FROM pg_stat_activity"
+            " WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+        )
+        self._watched.open_transactions.append(int(rows[0]["n"]))
+        if self._watched.failing:
+            raise RPCError("frontend unreachable (test)", RPCStatusCode.UNAVAILABLE, b"")
+        return await self.next.describe_schedule(input)
