@@ -175,11 +175,21 @@ class FaultRunner:
         start = datetime.fromtimestamp(end.timestamp() - fault.seconds, UTC)
         self.log.say(f"backfill run {fault.target} from {iso(start)} to {iso(end)}")
         args = ["backfill", "run", sid, "--start", iso(start), "--end", iso(end), "--yes"]
-        result = await cli(self.env, *args, "--json", timeout=BACKFILL_TIMEOUT)
-        self.log.backfills.append(result)
-        output = self.log.work_dir / f"backfill-{len(self.log.backfills)}.out"
-        output.write_text(f"{' '.join(args)}\nexit {result.code}\n{result.stdout}\n{result.stderr}")
-        self.log.say(f"backfill run {fault.target}: exit {result.code}, {backfill_summary(result)}")
+        give_up_at = time.monotonic() + OPERATOR_RETRY_FOR
+        while True:
+            result = await cli(self.env, *args, "--json", timeout=BACKFILL_TIMEOUT)
+            self.log.backfills.append(result)
+            output = self.log.work_dir / f"backfill-{len(self.log.backfills)}.out"
+            output.write_text(
+                f"{' '.join(args)}\nexit {result.code}\n{result.stdout}\n{result.stderr}"
+            )
+            summary = backfill_summary(result)
+            self.log.say(f"backfill run {fault.target}: exit {result.code}, {summary}")
+            # Refused before it replayed anything (a server was down): the operator runs the
+            # same command again, so the replays still meet the live fires.
+            if _json_object(result.stdout) is not None or time.monotonic() > give_up_at:
+                return
+            await asyncio.sleep(1.0)
 
 
 def backfill_summary(result: Result) -> str:
