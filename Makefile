@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CHECKOV := checkov==3.3.30
 
-.PHONY: dev test lint typecheck unit faults bench clean-state
+.PHONY: dev test lint typecheck unit faults soak bench clean-state
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cronwarden needs Python >= 3.11")'
@@ -39,6 +39,11 @@ unit: $(STAMP) $(CHECKOV_STAMP)
 # The fault suite alone (it is part of `make test` too).
 faults: $(STAMP)
 	$(BIN)/pytest tests/faults $(PYTEST_ARGS)
+
+# Minutes of random faults on its own servers (not part of `make test`, which runs its 30 s
+# form): `make soak ARGS="--seed 123 --duration 180"` replays a printed seed's fault plan.
+soak: $(STAMP)
+	$(BIN)/python -m tests.soak $(ARGS)
 
 # Boots its own embedded stack and prints one table; `make bench ARGS=--quick` is the smoke run.
 bench: $(STAMP)

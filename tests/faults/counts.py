@@ -21,6 +21,11 @@ SELECT count(*) FROM public.test_effects e
 """
 
 
+async def unrecorded_effects(conn: asyncpg.Connection, schedule_id: str) -> int:
+    """Effect rows of `schedule_id` whose key has no outbox record."""
+    return int(await conn.fetchval(_UNFENCED, schedule_id))
+
+
 async def count_row(
     pool: asyncpg.Pool,
     *,
@@ -35,7 +40,7 @@ async def count_row(
     async with pool.acquire() as conn:
         effects = await effects_of(conn, schedule_id)
         committed = await outbox_keys(conn, schedule_id)
-        unfenced = int(await conn.fetchval(_UNFENCED, schedule_id))
+        unfenced = await unrecorded_effects(conn, schedule_id)
     if unfenced:
         checks = [*checks, f"{unfenced} effect rows without an outbox record"]
     return FaultRow(

@@ -19,9 +19,10 @@ from activities.contract import logical_key
 from tests.faults.counts import count_row
 from tests.faults.tally import FaultRow, outbox_keys
 from tests.integration.conftest import wait_for
-from tests.integration.test_backfill import cli_json, every_two_seconds, iso
 from tests.monitor_support import env_for, settings_for, start_monitor
 from tests.receiver import Receiver
+from tests.support.cli import cli_json, iso
+from tests.support.schedules import every_two_seconds
 
 
 async def committed_fires(pool: asyncpg.Pool, schedule_id: str) -> list[asyncpg.Record]:

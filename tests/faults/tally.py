@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.support.table import markdown_table
+
 COLUMNS = (
     "scenario",
     "fires expected",
@@ -65,24 +67,7 @@ def scenario_order(row: FaultRow) -> tuple[int, str]:
 
 def render(rows: Iterable[FaultRow]) -> str:
     """A Markdown table, so the same text goes to the terminal and into the README."""
-    body = [row.cells() for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in body)) for i, c in enumerate(COLUMNS)]
-    right = {1, 2, 3, 4, 5, 6}
-
-    def line(cells: list[str] | tuple[str, ...]) -> str:
-        padded = [
-            c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(cells)
-        ]
-        return "| " + " | ".join(padded) + " |"
-
-    rule = (
-        "|"
-        + "|".join(
-            "-" * (w + 1) + ":" if i in right else "-" * (w + 2) for i, w in enumerate(widths)
-        )
-        + "|"
-    )
-    return "\n".join([line(COLUMNS), rule, *(line(r) for r in body)])
+    return markdown_table(COLUMNS, [row.cells() for row in rows], right={1, 2, 3, 4, 5, 6})
 
 
 _EFFECTS = """

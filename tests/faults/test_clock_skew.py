@@ -23,8 +23,8 @@ from tests.faults.tally import FaultRow
 from tests.faults.worker_process import StartWorker
 from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import REPO_ROOT, fetch, wait_for
-from tests.integration.test_scheduled_runs import definition
 from tests.monitor_support import receiver as receiver
+from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
 

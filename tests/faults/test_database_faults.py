@@ -25,7 +25,7 @@ from tests.faults.one_key import OneKey, outbox_of
 from tests.faults.tally import FaultRow
 from tests.faults.worker_process import StartWorker, WorkerProcess
 from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_scheduled_runs import definition
+from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from tests.faults.worker_process import StartWorker
 from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import wait_for
 from tests.integration.test_backfill import clock_past
-from tests.integration.test_scheduled_runs import definition
+from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
 

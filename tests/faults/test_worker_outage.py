@@ -28,10 +28,11 @@ from tests.faults.tally import FaultRow
 from tests.faults.worker_process import StartWorker
 from tests.faults.worker_process import start_worker as start_worker
 from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_backfill import cli_json, clock_past, iso
-from tests.integration.test_scheduled_runs import definition
+from tests.integration.test_backfill import clock_past
 from tests.monitor_support import events
 from tests.monitor_support import receiver as receiver
+from tests.support.cli import cli_json, iso
+from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import wait_for
-from tests.integration.test_worker_process import start_worker_process
+from tests.support.workers import start_worker_process
 
 
 class WorkerProcess:

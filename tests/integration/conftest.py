@@ -19,13 +19,13 @@ import pytest_asyncio
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-import tests.jobs
+import tests.jobs  # noqa: F401  (registers the test jobs in REGISTRY, for in-process workers)
 from activities.jobs import REGISTRY, JobRegistry
 from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from cronwarden.worker_runtime import build_worker
-from store.migrate import migrate
-from store.pool import connect, create_pool
+from store.pool import create_pool
+from tests.support.database import create_test_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_DB = "cw_template"
@@ -63,13 +63,7 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedd
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def template_db(postgres_server: EmbeddedPostgres) -> str:
-    postgres_server.create_database(TEMPLATE_DB)
-    conn = await connect(postgres_server.dsn(TEMPLATE_DB))
-    try:
-        await migrate(conn)
-        await conn.execute(tests.jobs.EFFECTS_DDL)
-    finally:
-        await conn.close()
+    await create_test_database(postgres_server, TEMPLATE_DB)
     return TEMPLATE_DB
 
 

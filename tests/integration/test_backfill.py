@@ -47,15 +47,11 @@ from tests.integration.conftest import (
     in_process_worker,
     wait_for,
 )
-from tests.integration.test_cli import cli
 from tests.integration.test_guard import effects
-from tests.integration.test_scheduled_runs import definition
+from tests.support.cli import cli, cli_json, iso
+from tests.support.schedules import definition, every_two_seconds
 
 pytestmark = pytest.mark.integration
-
-
-def iso(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 async def committed(pool: asyncpg.Pool, schedule_id: str) -> dict[datetime, str]:
@@ -78,20 +74,6 @@ async def effects_per_key(pool: asyncpg.Pool, schedule_id: str) -> dict[str, int
 
 async def clock_past(moment: datetime) -> bool:
     return datetime.now(UTC) > moment
-
-
-def every_two_seconds(created_at: datetime, end: datetime) -> set[datetime]:
-    """The fires of `every: 2s` computed without Temporal: Temporal's intervals are aligned to
-    the epoch, and a schedule fires only strictly after its creation."""
-    first = int(created_at.timestamp()) + 1
-    first += first % 2
-    return {datetime.fromtimestamp(s, UTC) for s in range(first, int(end.timestamp()) + 1, 2)}
-
-
-async def cli_json(env: dict[str, str], *args: str) -> Any:
-    result = await cli(env, *args, "--json")
-    assert result.code == 0, result.stderr
-    return json.loads(result.stdout)
 
 
 async def test_an_outage_is_planned_exactly_replayed_once_and_then_plans_empty(

@@ -15,7 +15,7 @@ from activities.contract import logical_key
 from schedules.apply import apply_definitions
 from schedules.backfill import load_managed, matching_times, plan, plan_window
 from schedules.window import Window
-from tests.integration.test_scheduled_runs import definition
+from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
 

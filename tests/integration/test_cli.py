@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import textwrap
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,29 +23,10 @@ from temporalio.client import (
 from cronwarden.embedded import EmbeddedPostgres
 from schedules.apply import describe_or_none
 from schedules.preview import PREVIEW_PREFIX
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
+from tests.integration.conftest import fetch, wait_for
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class Result:
-    code: int
-    stdout: str
-    stderr: str
-
-
-async def cli(env: dict[str, str], *args: str) -> Result:
-    proc = await asyncio.create_subprocess_exec(
-        *cronwarden_argv("--log-json", *args),
-        env=env,
-        cwd=REPO_ROOT,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
-    assert proc.returncode is not None
-    return Result(proc.returncode, out.decode(), err.decode())
 
 
 def write(tmp_path: Path, text: str) -> Path:

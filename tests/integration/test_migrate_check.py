@@ -16,7 +16,7 @@ from cronwarden.embedded import EmbeddedPostgres
 from store.migrate import CHECK_APPLICATION_NAME, Migration, available_migrations, migrate
 from store.pool import connect
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, wait_for
-from tests.integration.test_cli import cli
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.integration
 

@@ -33,9 +33,7 @@ from store import incidents, locks, notifications, runs, watch
 from store.pool import connect
 from store.runs import CommitOutcome
 from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_cli import cli
 from tests.integration.test_guard import start_run
-from tests.integration.test_scheduled_runs import definition
 from tests.monitor_support import (
     RECOVERED,
     ROUTING_KEY,
@@ -59,6 +57,8 @@ from tests.monitor_support import (
     receiver as receiver,
 )
 from tests.receiver import Receiver
+from tests.support.cli import cli
+from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
 

@@ -34,8 +34,6 @@ from schedules import operations
 from schedules.apply import apply_definitions
 from store import heartbeats
 from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_cli import cli
-from tests.integration.test_scheduled_runs import definition
 from tests.monitor_support import (
     SLACK_PATH,
     env_for,
@@ -51,6 +49,8 @@ from tests.monitor_support import (
 )
 from tests.monitor_support import receiver as receiver
 from tests.receiver import Receiver
+from tests.support.cli import cli
+from tests.support.schedules import definition
 from tests.switch_proxy import SwitchProxy
 
 pytestmark = pytest.mark.integration

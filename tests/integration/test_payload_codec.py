@@ -18,8 +18,9 @@ from cronwarden.embedded import EmbeddedTemporal
 from cronwarden.worker_runtime import run_worker
 from tests.codecs import ENCODING
 from tests.integration.conftest import worker_settings
-from tests.integration.test_cli import cli, write
+from tests.integration.test_cli import write
 from tests.integration.test_guard import FIRE, effects, start_run
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from cronwarden.embedded import EmbeddedPostgres
 from store.migrate import available_migrations, migrate
 from store.pool import connect, create_pool
 from tests.integration.conftest import REPO_ROOT, embedded_postgres, in_process_worker
-from tests.integration.test_cli import cli
 from tests.integration.test_guard import FIRE, effects, start_run
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.integration
 

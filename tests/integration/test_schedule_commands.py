@@ -45,7 +45,8 @@ from schedules.mapping import (
 from schedules.model import ScheduleDefinition
 from store import heartbeats
 from tests.integration.conftest import fetch, in_process_worker, wait_for
-from tests.integration.test_cli import cli, write
+from tests.integration.test_cli import write
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 import pytest
@@ -13,24 +12,10 @@ from temporalio.worker import Worker
 
 from activities.contract import format_fire_time, logical_key
 from schedules.apply import apply_definitions
-from schedules.model import ScheduleDefinition
 from tests.integration.conftest import fetch, wait_for
+from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
-
-
-def definition(schedule_id: str, **fields: Any) -> ScheduleDefinition:
-    base: dict[str, Any] = {
-        "id": schedule_id,
-        "job": "probe",
-        "every": "2s",
-        "catchup_window": "1m",
-        "heartbeat_grace": "1m",
-        "lock_ttl": "10s",
-        "timeout": "30s",
-    }
-    base.update(fields)
-    return ScheduleDefinition.model_validate(base)
 
 
 async def test_each_fire_commits_one_outbox_row_one_effect_and_a_heartbeat(

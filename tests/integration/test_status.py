@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 from schedules.apply import apply_definitions
 from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_cli import cli
 from tests.integration.test_schedule_commands import definition, foreign_schedule, new_id
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.integration
 

@@ -20,12 +20,12 @@ from cronwarden.embedded import free_port
 from tests.http_probe import Answer, http_get
 from tests.integration.conftest import (
     REPO_ROOT,
-    cronwarden_argv,
     fetch,
     in_process_worker,
     wait_for,
 )
 from tests.integration.test_guard import FIRE, effects, lease_holder, start_run
+from tests.support.workers import start_worker_process
 
 pytestmark = pytest.mark.integration
 
@@ -38,19 +38,6 @@ def spawn_worker(cli_env: dict[str, str]) -> Iterator[list[subprocess.Popen[byte
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
-
-
-def start_worker_process(
-    env: dict[str, str], *, graceful: float = 30, health_port: int | None = None
-) -> subprocess.Popen[bytes]:
-    health = ["--health-port", str(health_port)] if health_port else []
-    return subprocess.Popen(
-        cronwarden_argv("--log-json", "worker", *health),
-        env={**env, "CRONWARDEN_GRACEFUL_SHUTDOWN_SECONDS": str(graceful)},
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
 
 
 async def exited_zero(proc: subprocess.Popen[bytes]) -> str:
