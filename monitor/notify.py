@@ -1,6 +1,8 @@
 """Delivery of persisted notifications: claim a due row, send it with no transaction open, then
-mark it delivered (never sent again), failed (retried later, with exponential backoff) or dead
-(given up on: a sink that refused the payload, or one that failed every attempt).
+mark it delivered (never sent again), failed (retried later, with exponential backoff up to
+`retry_max`, for as long as it takes) or dead (given up on: only a payload the sink refused as
+such, which no retry can get through). A sink that is down or misconfigured never loses a page:
+its rows wait, and go out in order once it takes them again.
 
 A monitor killed mid-send leaves its row claimed but undelivered: the claim lapses after
 `claim_seconds` and the next pass of any monitor sends it. That makes delivery at least once;
@@ -35,9 +37,6 @@ class DeliveryPolicy:
     """Total deadline of one HTTP request (DNS, connect, send, answer)."""
     retry_base: float = 5.0
     retry_max: float = 300.0
-    max_attempts: int = 8
-    """A notification that failed this many times is dead-lettered (about 15 minutes of tries
-    with the default backoff): it must not hold back its schedule's later pages for ever."""
     batch: int = 100
     """At most this many deliveries per pass, so one pass always ends."""
     database_timeout: float = 30.0
@@ -128,8 +127,8 @@ async def _failed(
 ) -> None:
     error = failure(exc)
     permanent = isinstance(exc, SinkError) and exc.permanent
-    if permanent or row.attempts >= policy.max_attempts:
-        reason = "refused by the sink" if permanent else f"failed {row.attempts} attempts"
+    if permanent:
+        reason = "refused by the sink"
         async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
             dead = await notifications.mark_dead(
                 conn, notification_id=row.id, claimer=claimer, error=f"{error} ({reason})"
@@ -141,7 +140,12 @@ async def _failed(
         return
     retry_in = policy.retry_in(row.attempts)
     metrics.notification_failed(row.sink)
-    log.warning("notification.failed", error=error, retry_in_seconds=retry_in)
+    if isinstance(exc, SinkError) and exc.misconfigured:
+        # Retried (fixing the settings lets this very page through), but nobody is paged
+        # through this sink until someone does: an error, not a warning.
+        log.error("notification.sink-misconfigured", error=error, retry_in_seconds=retry_in)
+    else:
+        log.warning("notification.failed", error=error, retry_in_seconds=retry_in)
     async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
         await notifications.mark_failed(
             conn, notification_id=row.id, claimer=claimer, error=error, retry_in_seconds=retry_in

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+import structlog
 from temporalio.client import (
     Client,
     Interceptor,
@@ -319,29 +319,57 @@ async def test_a_payload_the_sink_refuses_is_dead_lettered_and_later_pages_still
     assert "could not be delivered" in text.stdout and "HTTP 400" in text.stdout
 
 
-async def test_a_sink_that_fails_every_attempt_is_dead_lettered_after_a_bounded_number(
+async def test_a_sink_down_for_longer_than_any_bound_gets_its_pages_once_it_is_back(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
+    # More failures than the old give-up bound (8 attempts): an outage, however long, only
+    # delays pages. Both the trigger and its resolve reach the sink once it answers again.
+    receiver.script.extend([503] * 12)
     await stage(pool, schedule_id)
-    receiver.script.extend([503] * 3)
     async with monitoring(database, receiver) as monitor:
-        monitor.options = replace(
-            monitor.options, delivery=replace(monitor.options.delivery, max_attempts=3)
-        )
 
-        async def settled() -> bool:
+        async def delivered() -> bool:
             await passes(monitor)
-            rows = await fetch(
-                pool, "SELECT 1 FROM cronwarden.notifications WHERE dead_at IS NOT NULL"
-            )
-            return bool(rows)
+            return bool(events(receiver))
 
-        await wait_for(settled, timeout=20, what="the trigger to be given up on", interval=0.1)
+        await wait_for(delivered, timeout=60, what="the trigger after the outage", interval=0.1)
         await heartbeat_lands(pool, schedule_id)
         await passes(monitor, 2)
-    assert [r.status for r in receiver.at("/hook")] == [503, 503, 503, 200]
-    assert [b["event"] for b in events(receiver)] == ["resolve"]
-    assert monitor.metrics.dead["webhook"] == 1
+    assert [r.status for r in receiver.at("/hook")] == [503] * 12 + [200, 200]
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+    assert monitor.metrics.dead["webhook"] == 0
+    dead = await fetch(pool, "SELECT 1 FROM cronwarden.notifications WHERE dead_at IS NOT NULL")
+    assert dead == []
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 410])
+async def test_a_sink_refusing_its_address_or_key_is_retried_until_fixed_and_said_loudly(
+    database: str,
+    pool: asyncpg.Pool,
+    receiver: Receiver,
+    schedule_id: str,
+    status: int,
+) -> None:
+    # A revoked webhook or a rotated routing key: every page of that window must still go out
+    # once the configuration is fixed, never be given up on at its first answer.
+    receiver.script.extend([status] * 3)
+    await stage(pool, schedule_id)
+    with structlog.testing.capture_logs() as logs:
+        async with monitoring(database, receiver) as monitor:
+
+            async def delivered() -> bool:
+                await passes(monitor)
+                return bool(events(receiver))
+
+            await wait_for(delivered, timeout=30, what="the trigger once the sink takes it")
+    said = [e for e in logs if e["event"] == "notification.sink-misconfigured"]
+    assert len(said) == 3 and all(e["log_level"] == "error" for e in said)
+    assert said[0]["error"] == f"HTTP {status}: check the sink's URL and credentials"
+    assert [r.status for r in receiver.at("/hook")] == [status] * 3 + [200]
+    assert [b["event"] for b in events(receiver)] == ["trigger"]
+    assert monitor.metrics.dead["webhook"] == 0
+    [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
+    assert row["attempts"] == 4 and row["dead_at"] is None
 
 
 async def test_replicas_with_different_sinks_each_deliver_only_their_own(
