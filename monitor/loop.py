@@ -185,9 +185,17 @@ class Monitor:
     async def run_pass(self) -> PassReport:
         if self._pool is None:
             # Small and separate from any worker's pool: a starved worker must not starve the
-            # monitor that pages about it.
+            # monitor that pages about it. The command timeout bounds the reset asyncpg runs on
+            # release, which goes on shielded in the background after a pass's own timeout
+            # fired: without it, a blackholed database would keep that connection out of the
+            # pool until TCP gives up.
             async with self._db():
-                self._pool = await create_pool(self.dsn, min_size=1, max_size=3)
+                self._pool = await create_pool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=3,
+                    command_timeout=self.options.database_timeout,
+                )
         pool = self._pool
         report = PassReport()
         await self._check_pauses(pool)

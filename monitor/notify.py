@@ -40,7 +40,10 @@ class DeliveryPolicy:
     batch: int = 100
     """At most this many deliveries per pass, so one pass always ends."""
     database_timeout: float = 30.0
-    """Bound of each database statement of the delivery (claim, mark)."""
+    """Bound of each database step of the delivery (claim, mark): taking a connection from the
+    pool, the statement and giving the connection back (its reset is a round trip too), so a
+    database that stops answering ends the pass with an error, never holds it for the minutes
+    TCP takes to give up."""
 
     @property
     def claim_seconds(self) -> float:
@@ -76,7 +79,7 @@ async def deliver_due(
         left = deadline - time.monotonic()
         if left < _MIN_SEND_SECONDS or not own:
             break
-        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+        async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
             row = await notifications.claim_next(
                 conn, claimer=claimer, claim_seconds=policy.claim_seconds, sinks=own
             )
@@ -107,7 +110,7 @@ async def deliver_due(
                 pool, row, exc, claimer=claimer, policy=policy, metrics=metrics, log=bound
             )
             continue
-        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+        async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
             await notifications.mark_delivered(conn, notification_id=row.id, claimer=claimer)
         metrics.notification_sent(row.sink)
         bound.info("notification.delivered")
@@ -129,7 +132,7 @@ async def _failed(
     permanent = isinstance(exc, SinkError) and exc.permanent
     if permanent:
         reason = "refused by the sink"
-        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+        async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
             dead = await notifications.mark_dead(
                 conn, notification_id=row.id, claimer=claimer, error=f"{error} ({reason})"
             )
@@ -146,7 +149,7 @@ async def _failed(
         log.error("notification.sink-misconfigured", error=error, retry_in_seconds=retry_in)
     else:
         log.warning("notification.failed", error=error, retry_in_seconds=retry_in)
-    async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+    async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
         await notifications.mark_failed(
             conn, notification_id=row.id, claimer=claimer, error=error, retry_in_seconds=retry_in
         )

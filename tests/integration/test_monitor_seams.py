@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,13 @@ from temporalio.worker import Worker
 from cronwarden.embedded import EmbeddedPostgres, free_port
 from monitor.db_alert import default_state_file
 from monitor.messages import DB_UNREACHABLE
+from monitor.notify import deliver_due
 from monitor.pauses import PauseCheck
 from monitor.sinks.webhook import DELIVERY_HEADER
 from schedules import operations
 from schedules.apply import apply_definitions
 from store import heartbeats
+from store.pool import create_pool
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_cli import cli
 from tests.integration.test_scheduled_runs import definition
@@ -472,6 +476,41 @@ async def test_a_sink_that_trickles_its_answer_fails_its_send_not_the_database(
         await wait_for(abandoned, timeout=30, what="the receiver to see the sender hang up")
         assert monitor.metrics.database_up
     assert events(receiver, kind=DB_UNREACHABLE) == []
+
+
+async def test_a_delivery_waiting_for_a_database_connection_gives_up_within_its_timeout(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # A database that stops answering right after the scan: the delivery's next step cannot get
+    # a connection (here: every one of a one-connection pool is taken). The pass must end with
+    # an error within the database timeout, so the next pass can raise "database unreachable",
+    # not wait on the pool for as long as TCP takes to give up.
+    await stage(pool, schedule_id)
+    small = await create_pool(database, max_size=1)
+    held = await small.acquire()
+    async with monitoring(database, receiver) as monitor:
+        policy = replace(monitor.options.delivery, database_timeout=0.5)
+        delivery = asyncio.create_task(
+            deliver_due(
+                small,
+                monitor.sinks,
+                http=monitor.http,
+                claimer=monitor.identity,
+                policy=policy,
+                metrics=monitor.metrics,
+                deadline=time.monotonic() + 3600,
+            )
+        )
+        try:
+            # Far longer than the timeout: a load-slowed machine still answers in time.
+            await asyncio.wait([delivery], timeout=30)
+            assert delivery.done(), "the delivery still waits for a connection"
+            assert isinstance(delivery.exception(), TimeoutError)
+        finally:
+            delivery.cancel()
+            await small.release(held)
+            await small.close()
+    assert receiver.at("/hook") == []
 
 
 async def test_delivery_ids_are_one_per_incident_event_and_sink_and_stable_across_retries(
