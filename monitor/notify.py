@@ -7,7 +7,7 @@ its rows wait, and go out in order once it takes them again.
 A monitor killed mid-send leaves its row claimed but undelivered: the claim lapses after
 `claim_seconds` and the next pass of any monitor sends it. That makes delivery at least once;
 the delivery id (stable across retries) and PagerDuty's dedup_key let a receiver fold a repeat.
-A live sender never loses its claim mid-send: a send's total deadline is shorter than the claim.
+A live sender never loses its claim before it has marked the row (see `claim_seconds`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,12 @@ class DeliveryPolicy:
 
     @property
     def claim_seconds(self) -> float:
-        # Longer than any send can take (its total deadline), with room for the marking.
-        return 2 * self.send_timeout + 5
+        # The claim must outlast everything its holder does with the row after the claim's
+        # statement: the rest of the claim step (commit, giving the connection back), the send
+        # (its total deadline) and the marking step, each database step bounded by
+        # `database_timeout`. A claim that lapsed before the mark lets another replica send the
+        # page again while this one is still recording it.
+        return self.send_timeout + 2 * self.database_timeout + 5
 
     def retry_in(self, attempts: int) -> float:
         return float(min(self.retry_base * 2 ** max(attempts - 1, 0), self.retry_max))
