@@ -27,8 +27,10 @@ from store import notifications
 
 log = get_logger("cronwarden.monitor")
 
-# Below this much time left in a pass, no send starts: it could only time out.
-_MIN_SEND_SECONDS = 0.05
+# A send starts only with at least this share of its timeout left in the pass. One cut shorter
+# would mostly time out on a sink that is merely slow, and the claim counts it as an attempt:
+# the row would back off for the pass's budget running out, not for the sink failing.
+_MIN_SEND_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ async def deliver_due(
     own = sorted(sinks)
     for _ in range(policy.batch):
         left = deadline - time.monotonic()
-        if left < _MIN_SEND_SECONDS or not own:
+        if left < policy.send_timeout * _MIN_SEND_SHARE or not own:
             break
         async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
             row = await notifications.claim_next(

@@ -29,13 +29,13 @@ from temporalio.worker import Worker
 
 from cronwarden.embedded import EmbeddedPostgres, free_port
 from monitor.db_alert import default_state_file
-from monitor.messages import DB_UNREACHABLE
+from monitor.messages import DB_UNREACHABLE, TRIGGER, incident_message
 from monitor.notify import deliver_due
 from monitor.pauses import PauseCheck
 from monitor.sinks.webhook import DELIVERY_HEADER
 from schedules import operations
 from schedules.apply import apply_definitions
-from store import heartbeats
+from store import heartbeats, incidents, notifications
 from store.pool import create_pool
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_cli import cli
@@ -511,6 +511,44 @@ async def test_a_delivery_waiting_for_a_database_connection_gives_up_within_its_
             await small.release(held)
             await small.close()
     assert receiver.at("/hook") == []
+
+
+async def test_a_pass_with_too_little_budget_left_leaves_its_pages_untried_for_the_next(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # A quarter of a send timeout left: a send started now would be cut short on a slow sink
+    # and cost the row an attempt and a backoff for the pass running out, not the sink failing.
+    await stage(pool, schedule_id)
+    receiver.hold.set()  # a slow sink: it answers nothing within the time left
+    try:
+        async with monitoring(database, receiver) as monitor:
+            async with pool.acquire() as conn:
+                opened = await incidents.open_incident(
+                    conn, schedule_id=schedule_id, kind="overdue", summary="late", details={}
+                )
+                assert opened is not None
+                await notifications.enqueue(
+                    conn,
+                    incident_id=opened["id"],
+                    event=TRIGGER,
+                    sinks=monitor.sink_names,
+                    message=incident_message(TRIGGER, opened),
+                )
+            policy = replace(monitor.options.delivery, send_timeout=2.0)
+            delivered = await deliver_due(
+                pool,
+                monitor.sinks,
+                http=monitor.http,
+                claimer=monitor.identity,
+                policy=policy,
+                metrics=monitor.metrics,
+                deadline=time.monotonic() + 0.5,
+            )
+    finally:
+        receiver.release.set()
+    assert delivered == 0 and receiver.at("/hook") == []
+    [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
+    assert row["attempts"] == 0 and row["last_error"] is None and row["claimed_until"] is None
 
 
 async def test_delivery_ids_are_one_per_incident_event_and_sink_and_stable_across_retries(
