@@ -29,8 +29,9 @@ from temporalio.worker import Worker
 
 from cronwarden.embedded import EmbeddedPostgres, free_port
 from monitor.db_alert import default_state_file
+from monitor.loop import Monitor
 from monitor.messages import DB_UNREACHABLE, TRIGGER, incident_message
-from monitor.notify import deliver_due
+from monitor.notify import DeliveryPolicy, deliver_due
 from monitor.pauses import PauseCheck
 from monitor.sinks.webhook import DELIVERY_HEADER
 from schedules import operations
@@ -478,6 +479,21 @@ async def test_a_sink_that_trickles_its_answer_fails_its_send_not_the_database(
     assert events(receiver, kind=DB_UNREACHABLE) == []
 
 
+async def deliver(
+    monitor: Monitor, pool: asyncpg.Pool, policy: DeliveryPolicy, *, budget: float
+) -> int:
+    """One delivery step of `monitor`, on `pool` and under `policy`, with `budget` seconds."""
+    return await deliver_due(
+        pool,
+        monitor.sinks,
+        http=monitor.http,
+        claimer=monitor.identity,
+        policy=policy,
+        metrics=monitor.metrics,
+        deadline=time.monotonic() + budget,
+    )
+
+
 async def test_a_delivery_waiting_for_a_database_connection_gives_up_within_its_timeout(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
@@ -490,17 +506,7 @@ async def test_a_delivery_waiting_for_a_database_connection_gives_up_within_its_
     held = await small.acquire()
     async with monitoring(database, receiver) as monitor:
         policy = replace(monitor.options.delivery, database_timeout=0.5)
-        delivery = asyncio.create_task(
-            deliver_due(
-                small,
-                monitor.sinks,
-                http=monitor.http,
-                claimer=monitor.identity,
-                policy=policy,
-                metrics=monitor.metrics,
-                deadline=time.monotonic() + 3600,
-            )
-        )
+        delivery = asyncio.create_task(deliver(monitor, small, policy, budget=3600))
         try:
             # Far longer than the timeout: a load-slowed machine still answers in time.
             await asyncio.wait([delivery], timeout=30)
@@ -535,15 +541,7 @@ async def test_a_pass_with_too_little_budget_left_leaves_its_pages_untried_for_t
                     message=incident_message(TRIGGER, opened),
                 )
             policy = replace(monitor.options.delivery, send_timeout=2.0)
-            delivered = await deliver_due(
-                pool,
-                monitor.sinks,
-                http=monitor.http,
-                claimer=monitor.identity,
-                policy=policy,
-                metrics=monitor.metrics,
-                deadline=time.monotonic() + 0.5,
-            )
+            delivered = await deliver(monitor, pool, policy, budget=0.5)
     finally:
         receiver.release.set()
     assert delivered == 0 and receiver.at("/hook") == []
