@@ -306,12 +306,18 @@ class Monitor:
         incident: Mapping[str, Any],
         schedules: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Persist the page for every sink, in the caller's transaction."""
+        """Persist the page for every sink, in the caller's transaction. A resolve also goes to
+        every sink its trigger went to: the monitor delivering to one of them may be away for
+        now, and its alert must still close once that monitor is back."""
+        sinks = self._targets
+        if event == RESOLVE:
+            paged = await notifications.trigger_sinks(conn, incident_id=incident["id"])
+            sinks = sorted(set(sinks) | set(paged))
         await notifications.enqueue(
             conn,
             incident_id=incident["id"],
             event=event,
-            sinks=self._targets,
+            sinks=sinks,
             message=incident_message(event, incident, schedules=schedules or []),
         )
 
@@ -348,7 +354,16 @@ class Monitor:
         for old, problem in decided.replace:
             opened += await self._replace(conn, old, problem)
         await self._page_unpaged(conn)
+        await self._page_new_sinks(conn)
         return opened
+
+    async def _page_new_sinks(self, conn: Any) -> None:
+        """A sink that came back (its monitor was away when incidents opened) gets the triggers
+        of the incidents still open: otherwise they never reach it."""
+        for incident_id, sink in await notifications.queue_missing_triggers(
+            conn, sinks=self._targets
+        ):
+            log.warning("incident.paged-late", incident_id=incident_id, sink=sink)
 
     async def _replace(self, conn: Any, old: Mapping[str, Any], problem: scan.Problem) -> int:
         """The problem changed kind: resolve the old incident and open the new one together, so

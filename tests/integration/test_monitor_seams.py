@@ -396,6 +396,68 @@ async def test_replicas_with_different_sinks_each_deliver_only_their_own(
     assert all(r["delivered_at"] is not None for r in rows)
 
 
+def slack_events(receiver: Receiver) -> list[str]:
+    """The Slack messages accepted, as trigger or resolve (told apart by their icon)."""
+    texts = [b["blocks"][0]["text"]["text"] for b in events(receiver, SLACK_PATH)]
+    return ["resolve" if ":white_check_mark:" in t else "trigger" for t in texts]
+
+
+async def away(pool: asyncpg.Pool, monitor: Monitor) -> None:
+    """`monitor` last passed long ago: its sinks drop out of the other replicas' targets."""
+    await fetch(
+        pool,
+        "UPDATE cronwarden.monitor_state SET last_pass_at = now() - interval '1 hour'"
+        " WHERE monitor_id = $1",
+        monitor.identity,
+    )
+
+
+async def test_a_resolve_reaches_every_sink_its_trigger_went_to_even_one_now_away(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id, late="-1 hour")
+    slack: dict[str, Any] = {"slack_webhook_url": receiver.url(SLACK_PATH)}
+    async with (
+        monitoring(database, receiver) as webhook_only,
+        monitoring(database, receiver, **slack) as both,
+    ):
+        await passes(both)
+        await expected_ago(pool, schedule_id, "1 hour")
+        await passes(webhook_only, 2)  # opens the incident: a trigger for each sink
+        await passes(both)  # Slack has the trigger
+        await away(pool, both)  # the only replica with Slack is gone for a while
+        await heartbeat_lands(pool, schedule_id)
+        await passes(webhook_only, 2)  # resolves it
+        await passes(both)  # back: it delivers Slack's resolve
+    assert slack_events(receiver) == ["trigger", "resolve"]
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
+async def test_a_sink_back_after_incidents_opened_without_it_gets_their_triggers(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id, late="-1 hour")
+    slack: dict[str, Any] = {"slack_webhook_url": receiver.url(SLACK_PATH)}
+    async with (
+        monitoring(database, receiver) as webhook_only,
+        monitoring(database, receiver, **slack) as both,
+    ):
+        await passes(both)
+        await away(pool, both)  # away while the schedule goes overdue
+        await expected_ago(pool, schedule_id, "1 hour")
+        await passes(webhook_only, 2)  # opens the incident: a trigger for the webhook only
+        assert slack_events(receiver) == []
+        await passes(both, 2)  # back: the open incident's trigger reaches Slack too
+        await heartbeat_lands(pool, schedule_id)
+        await passes(webhook_only, 2)
+        await passes(both)
+    assert slack_events(receiver) == ["trigger", "resolve"]
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+    [incident] = await incidents_of(pool, schedule_id)
+    rows = await fetch(pool, "SELECT * FROM cronwarden.notifications WHERE sink = 'slack'")
+    assert {r["incident_id"] for r in rows} == {incident["id"]}
+
+
 # 3. The "database unreachable" alert -------------------------------------------------------------
 
 
