@@ -262,7 +262,10 @@ class Monitor:
             return
         async with self._db(), pool.acquire() as conn:
             rows = await heartbeats.paused_rows(conn)
-        for lift in await self.pauses.lifts(rows):
+        found = await self.pauses.lifts(rows)
+        self.metrics.temporal_reachable = self.pauses.reachable
+        self.metrics.pauses_unverified = len(self.pauses.unverified)
+        for lift in found:
             async with self._db(), pool.acquire() as conn:
                 changed = await heartbeats.lift_stale_pause(
                     conn,

@@ -32,7 +32,7 @@ from monitor.db_alert import default_state_file
 from monitor.loop import Monitor
 from monitor.messages import DB_UNREACHABLE, TRIGGER, incident_message
 from monitor.notify import DeliveryPolicy, deliver_due
-from monitor.pauses import PauseCheck
+from monitor.pauses import PauseCheck, PauseCheckPolicy
 from monitor.sinks.webhook import DELIVERY_HEADER
 from schedules import operations
 from schedules.apply import apply_definitions
@@ -204,11 +204,20 @@ async def test_with_temporal_down_the_monitor_still_pages_and_trusts_recorded_pa
     async def connect() -> Client:
         return await Client.connect(nowhere)
 
-    async with monitoring(database, receiver, pauses=PauseCheck(connect)) as monitor:
-        for _ in range(2):
-            assert await monitor.step() is None
+    # Said on every pass here (warn_every 0), and in the metrics: a pause lifted in Temporal's
+    # UI meanwhile would stay silent, and one line at the transition is easy to miss.
+    check = PauseCheck(connect, PauseCheckPolicy(timeout=2, reconnect_every=0, warn_every=0))
+    with structlog.testing.capture_logs() as logs:
+        async with monitoring(database, receiver, pauses=check) as monitor:
+            for _ in range(2):
+                assert await monitor.step() is None
     assert [b["schedule_id"] for b in events(receiver)] == [schedule_id]
     assert (await beat(pool, f"{schedule_id}-paused"))["paused"] is True
+    said = [e for e in logs if e["event"] == "monitor.pauses-unverified"]
+    assert [e["schedule_ids"] for e in said] == [[f"{schedule_id}-paused"]] * 2
+    rendered = monitor.metrics.render()
+    assert "cronwarden_monitor_temporal_reachable 0" in rendered
+    assert "cronwarden_monitor_pauses_unverified 1" in rendered
 
 
 async def test_apply_recreating_a_schedule_deleted_outside_cronwarden_starts_it_unpaused(
