@@ -94,7 +94,8 @@ class Metrics:
         family(
             "cronwarden_notifications_dead_lettered_total",
             "counter",
-            "Notifications given up on (refused by the sink, or failed every attempt), by sink.",
+            "Notifications given up on (payload refused by the sink, or no monitor has the sink),"
+            " by sink.",
         )
         for sink, n in sorted(self.dead.items()):
             lines.append(
