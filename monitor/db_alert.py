@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from cronwarden.config import redact_dsn
 from cronwarden.logs import get_logger
 
 log = get_logger("cronwarden.monitor")
@@ -59,8 +60,10 @@ def on_healthy(state: AlertState) -> tuple[AlertState, bool]:
 
 def default_state_file(dsn: str) -> Path:
     """One file per database (not per process): every monitor of this host and database
-    shares it. The DSN's password never reaches the name, only a digest of the whole DSN."""
-    digest = hashlib.sha256(dsn.encode()).hexdigest()[:16]
+    shares it. The name is a digest of the DSN with its password masked: an unsalted digest of
+    the password, in a directory anyone can list, could be checked against guesses offline
+    (and a rotated password still names the same database)."""
+    digest = hashlib.sha256(redact_dsn(dsn).encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"cronwarden-monitor-{digest}.json"
 
 
@@ -98,10 +101,19 @@ class AlertStore:
         if self.path is None:
             return
         # Written whole and renamed into place: a monitor killed mid-write leaves the old state.
+        # The temporary file is created new (O_EXCL) under an unguessable name: in a shared
+        # temp directory a predictable one could be a link planted by another user, and the
+        # write would go wherever it points.
         try:
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(asdict(state)))
-            tmp.replace(self.path)
+            fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
+            tmp = Path(name)
+            try:
+                with os.fdopen(fd, "w") as out:
+                    out.write(json.dumps(asdict(state)))
+                tmp.replace(self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
         except OSError as exc:
             log.warning(
                 "monitor.alert-state-unwritable", path=str(self.path), error=type(exc).__name__

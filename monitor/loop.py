@@ -185,9 +185,17 @@ class Monitor:
     async def run_pass(self) -> PassReport:
         if self._pool is None:
             # Small and separate from any worker's pool: a starved worker must not starve the
-            # monitor that pages about it.
+            # monitor that pages about it. The command timeout bounds the reset asyncpg runs on
+            # release, which goes on shielded in the background after a pass's own timeout
+            # fired: without it, a blackholed database would keep that connection out of the
+            # pool until TCP gives up.
             async with self._db():
-                self._pool = await create_pool(self.dsn, min_size=1, max_size=3)
+                self._pool = await create_pool(
+                    self.dsn,
+                    min_size=1,
+                    max_size=3,
+                    command_timeout=self.options.database_timeout,
+                )
         pool = self._pool
         report = PassReport()
         await self._check_pauses(pool)
@@ -254,7 +262,10 @@ class Monitor:
             return
         async with self._db(), pool.acquire() as conn:
             rows = await heartbeats.paused_rows(conn)
-        for lift in await self.pauses.lifts(rows):
+        found = await self.pauses.lifts(rows)
+        self.metrics.temporal_reachable = self.pauses.reachable
+        self.metrics.pauses_unverified = len(self.pauses.unverified)
+        for lift in found:
             async with self._db(), pool.acquire() as conn:
                 changed = await heartbeats.lift_stale_pause(
                     conn,
@@ -298,12 +309,18 @@ class Monitor:
         incident: Mapping[str, Any],
         schedules: list[dict[str, Any]] | None = None,
     ) -> None:
-        """Persist the page for every sink, in the caller's transaction."""
+        """Persist the page for every sink, in the caller's transaction. A resolve also goes to
+        every sink its trigger went to: the monitor delivering to one of them may be away for
+        now, and its alert must still close once that monitor is back."""
+        sinks = self._targets
+        if event == RESOLVE:
+            paged = await notifications.trigger_sinks(conn, incident_id=incident["id"])
+            sinks = sorted(set(sinks) | set(paged))
         await notifications.enqueue(
             conn,
             incident_id=incident["id"],
             event=event,
-            sinks=self._targets,
+            sinks=sinks,
             message=incident_message(event, incident, schedules=schedules or []),
         )
 
@@ -340,7 +357,16 @@ class Monitor:
         for old, problem in decided.replace:
             opened += await self._replace(conn, old, problem)
         await self._page_unpaged(conn)
+        await self._page_new_sinks(conn)
         return opened
+
+    async def _page_new_sinks(self, conn: Any) -> None:
+        """A sink that came back (its monitor was away when incidents opened) gets the triggers
+        of the incidents still open: otherwise they never reach it."""
+        for incident_id, sink in await notifications.queue_missing_triggers(
+            conn, sinks=self._targets
+        ):
+            log.warning("incident.paged-late", incident_id=incident_id, sink=sink)
 
     async def _replace(self, conn: Any, old: Mapping[str, Any], problem: scan.Problem) -> int:
         """The problem changed kind: resolve the old incident and open the new one together, so

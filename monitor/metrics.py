@@ -41,6 +41,10 @@ class Metrics:
     sent: Counter[str] = field(default_factory=Counter)
     failed: Counter[str] = field(default_factory=Counter)
     dead: Counter[str] = field(default_factory=Counter)
+    temporal_reachable: bool | None = None
+    """Whether Temporal answered the last pause check (None: no pause check configured)."""
+    pauses_unverified: int = 0
+    """Recorded pauses the last pass could not check against Temporal."""
 
     def notification_sent(self, sink: str) -> None:
         self.sent[sink] += 1
@@ -90,7 +94,8 @@ class Metrics:
         family(
             "cronwarden_notifications_dead_lettered_total",
             "counter",
-            "Notifications given up on (refused by the sink, or failed every attempt), by sink.",
+            "Notifications given up on (payload refused by the sink, or no monitor has the sink),"
+            " by sink.",
         )
         for sink, n in sorted(self.dead.items()):
             lines.append(
@@ -100,6 +105,20 @@ class Metrics:
             "cronwarden_monitor_database_up", "gauge", "1 if the last pass reached the database."
         )
         lines.append(f"cronwarden_monitor_database_up {int(self.database_up)}")
+        if self.temporal_reachable is not None:
+            family(
+                "cronwarden_monitor_temporal_reachable",
+                "gauge",
+                "1 if Temporal answered the last check of the recorded pauses.",
+            )
+            lines.append(f"cronwarden_monitor_temporal_reachable {int(self.temporal_reachable)}")
+            family(
+                "cronwarden_monitor_pauses_unverified",
+                "gauge",
+                "Recorded pauses the last pass could not check against Temporal (a pause lifted"
+                " there stays silent meanwhile).",
+            )
+            lines.append(f"cronwarden_monitor_pauses_unverified {self.pauses_unverified}")
         if self.last_pass_at is not None:
             family(
                 "cronwarden_monitor_last_pass_timestamp_seconds",

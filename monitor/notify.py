@@ -1,11 +1,13 @@
 """Delivery of persisted notifications: claim a due row, send it with no transaction open, then
-mark it delivered (never sent again), failed (retried later, with exponential backoff) or dead
-(given up on: a sink that refused the payload, or one that failed every attempt).
+mark it delivered (never sent again), failed (retried later, with exponential backoff up to
+`retry_max`, for as long as it takes) or dead (given up on: only a payload the sink refused as
+such, which no retry can get through). A sink that is down or misconfigured never loses a page:
+its rows wait, and go out in order once it takes them again.
 
 A monitor killed mid-send leaves its row claimed but undelivered: the claim lapses after
 `claim_seconds` and the next pass of any monitor sends it. That makes delivery at least once;
 the delivery id (stable across retries) and PagerDuty's dedup_key let a receiver fold a repeat.
-A live sender never loses its claim mid-send: a send's total deadline is shorter than the claim.
+A live sender never loses its claim before it has marked the row (see `claim_seconds`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from store import notifications
 
 log = get_logger("cronwarden.monitor")
 
-# Below this much time left in a pass, no send starts: it could only time out.
-_MIN_SEND_SECONDS = 0.05
+# A send starts only with at least this share of its timeout left in the pass. One cut shorter
+# would mostly time out on a sink that is merely slow, and the claim counts it as an attempt:
+# the row would back off for the pass's budget running out, not for the sink failing.
+_MIN_SEND_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -35,18 +39,22 @@ class DeliveryPolicy:
     """Total deadline of one HTTP request (DNS, connect, send, answer)."""
     retry_base: float = 5.0
     retry_max: float = 300.0
-    max_attempts: int = 8
-    """A notification that failed this many times is dead-lettered (about 15 minutes of tries
-    with the default backoff): it must not hold back its schedule's later pages for ever."""
     batch: int = 100
     """At most this many deliveries per pass, so one pass always ends."""
     database_timeout: float = 30.0
-    """Bound of each database statement of the delivery (claim, mark)."""
+    """Bound of each database step of the delivery (claim, mark): taking a connection from the
+    pool, the statement and giving the connection back (its reset is a round trip too), so a
+    database that stops answering ends the pass with an error, never holds it for the minutes
+    TCP takes to give up."""
 
     @property
     def claim_seconds(self) -> float:
-        # Longer than any send can take (its total deadline), with room for the marking.
-        return 2 * self.send_timeout + 5
+        # The claim must outlast everything its holder does with the row after the claim's
+        # statement: the rest of the claim step (commit, giving the connection back), the send
+        # (its total deadline) and the marking step, each database step bounded by
+        # `database_timeout`. A claim that lapsed before the mark lets another replica send the
+        # page again while this one is still recording it.
+        return self.send_timeout + 2 * self.database_timeout + 5
 
     def retry_in(self, attempts: int) -> float:
         return float(min(self.retry_base * 2 ** max(attempts - 1, 0), self.retry_max))
@@ -75,9 +83,9 @@ async def deliver_due(
     own = sorted(sinks)
     for _ in range(policy.batch):
         left = deadline - time.monotonic()
-        if left < _MIN_SEND_SECONDS or not own:
+        if left < policy.send_timeout * _MIN_SEND_SHARE or not own:
             break
-        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+        async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
             row = await notifications.claim_next(
                 conn, claimer=claimer, claim_seconds=policy.claim_seconds, sinks=own
             )
@@ -108,7 +116,7 @@ async def deliver_due(
                 pool, row, exc, claimer=claimer, policy=policy, metrics=metrics, log=bound
             )
             continue
-        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+        async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
             await notifications.mark_delivered(conn, notification_id=row.id, claimer=claimer)
         metrics.notification_sent(row.sink)
         bound.info("notification.delivered")
@@ -128,9 +136,9 @@ async def _failed(
 ) -> None:
     error = failure(exc)
     permanent = isinstance(exc, SinkError) and exc.permanent
-    if permanent or row.attempts >= policy.max_attempts:
-        reason = "refused by the sink" if permanent else f"failed {row.attempts} attempts"
-        async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+    if permanent:
+        reason = "refused by the sink"
+        async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
             dead = await notifications.mark_dead(
                 conn, notification_id=row.id, claimer=claimer, error=f"{error} ({reason})"
             )
@@ -141,8 +149,13 @@ async def _failed(
         return
     retry_in = policy.retry_in(row.attempts)
     metrics.notification_failed(row.sink)
-    log.warning("notification.failed", error=error, retry_in_seconds=retry_in)
-    async with pool.acquire() as conn, asyncio.timeout(policy.database_timeout):
+    if isinstance(exc, SinkError) and exc.misconfigured:
+        # Retried (fixing the settings lets this very page through), but nobody is paged
+        # through this sink until someone does: an error, not a warning.
+        log.error("notification.sink-misconfigured", error=error, retry_in_seconds=retry_in)
+    else:
+        log.warning("notification.failed", error=error, retry_in_seconds=retry_in)
+    async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
         await notifications.mark_failed(
             conn, notification_id=row.id, claimer=claimer, error=error, retry_in_seconds=retry_in
         )

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, ScheduleDescription
+from temporalio.service import RPCError
 
 from cronwarden.logs import get_logger
+from schedules.bounded import map_bounded
 from schedules.health import held_by_operator
-from schedules.inventory import describe_many
+from schedules.inventory import DESCRIBE_CONCURRENCY, describe_or_none
 from store import heartbeats
 
 log = get_logger("cronwarden.monitor")
@@ -51,6 +53,10 @@ class PauseCheckPolicy:
     batch: int = 100
     """At most this many paused schedules looked up per pass; more are taken in turn over the
     next passes, so a pass stays cheap however many schedules are paused."""
+    warn_every: float = 600.0
+    """While recorded pauses cannot be checked against Temporal, a warning this often: a pause
+    lifted in Temporal's UI meanwhile keeps its schedule silent, and one line at the transition
+    is easy to miss."""
 
 
 class PauseCheck:
@@ -64,6 +70,11 @@ class PauseCheck:
         self._reachable = True
         self._after = ""
         """The last schedule id looked up: the next pass goes on from there."""
+        self.reachable = True
+        """Temporal answered the last lookup (or had nothing to be asked)."""
+        self.unverified: list[str] = []
+        """Recorded pauses of the last pass that could not be checked against Temporal."""
+        self._warned_at: float | None = None
 
     async def _client_or_none(self) -> Client | None:
         if self._client is not None:
@@ -87,6 +98,7 @@ class PauseCheck:
                 note="recorded pauses are trusted until Temporal answers again",
             )
         self._reachable = False
+        self.reachable = False
 
     def share(self, rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """This pass's share of `rows`: the next `batch` by schedule id, wrapping around."""
@@ -99,23 +111,56 @@ class PauseCheck:
     async def lifts(self, rows: Sequence[Mapping[str, Any]]) -> list[Lift]:
         """Of `rows` (marked paused), those Temporal runs unpaused, with their new deadline.
         Empty when Temporal does not answer in time."""
+        lifts = await self._lifts(rows)
+        self._warn_unverified()
+        return lifts
+
+    def _warn_unverified(self) -> None:
+        if not self.unverified:
+            self._warned_at = None
+            return
+        now = time.monotonic()
+        if self._warned_at is not None and now - self._warned_at < self.policy.warn_every:
+            return
+        self._warned_at = now
+        log.warning(
+            "monitor.pauses-unverified",
+            schedule_ids=self.unverified,
+            count=len(self.unverified),
+            note="recorded as paused but not checked against Temporal: a pause lifted there "
+            "stays silent until Temporal answers",
+        )
+
+    async def _lifts(self, rows: Sequence[Mapping[str, Any]]) -> list[Lift]:
+        self.unverified = []
         if not rows:
             return []
         client = await self._client_or_none()
         if client is None:
+            self.unverified = sorted(str(r["schedule_id"]) for r in rows)
             return []
         rows = self.share(rows)
         try:
             async with asyncio.timeout(self.policy.timeout):
-                found = await describe_many(client, [r["schedule_id"] for r in rows])
+                found = await map_bounded(
+                    lambda r: _describe_one(client, str(r["schedule_id"])),
+                    rows,
+                    limit=DESCRIBE_CONCURRENCY,
+                )
         except Exception as exc:
             self._unreachable(exc)
+            self.unverified = sorted(str(r["schedule_id"]) for r in rows)
             return []
         if not self._reachable:
             log.info("monitor.temporal-reachable")
             self._reachable = True
+        self.reachable = True
         lifts = []
         for row, desc in zip(rows, found, strict=True):
+            if desc is _UNVERIFIED:
+                self.unverified.append(str(row["schedule_id"]))
+                continue
+            assert not isinstance(desc, _Unverified)
             # Gone from Temporal: nothing runs it, so the pause silences nothing (and `apply`
             # re-creating it clears the pause).
             if desc is None:
@@ -140,3 +185,22 @@ class PauseCheck:
                 )
             )
         return lifts
+
+
+class _Unverified:
+    """A schedule whose lookup failed on its own (not NOT_FOUND): its pause stays as recorded."""
+
+
+_UNVERIFIED = _Unverified()
+
+
+async def _describe_one(
+    client: Client, schedule_id: str
+) -> ScheduleDescription | _Unverified | None:
+    # One schedule's error (a bad id, a permission on one namespace object) must not leave
+    # every other recorded pause of the batch unchecked.
+    try:
+        return await describe_or_none(client, schedule_id)
+    except RPCError as exc:
+        log.warning("monitor.pause-lookup-failed", schedule_id=schedule_id, error=exc.status.name)
+        return _UNVERIFIED

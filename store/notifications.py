@@ -48,6 +48,42 @@ UPDATE cronwarden.notifications n
 RETURNING n.id, n.incident_id, n.event, n.sink, n.message, n.attempts
 """
 
+# The sinks an incident's trigger was queued for: its resolve must reach each of them, whether
+# or not a monitor delivering to it passed lately, or an alert there stays open for ever.
+_TRIGGER_SINKS = """
+SELECT sink FROM cronwarden.notifications WHERE incident_id = $1 AND event = 'trigger'
+"""
+
+# Open incidents that paged (queued a trigger) but not yet to every one of `$1`: a sink whose
+# only monitor was away when they opened. Per incident, under the incident's row lock, so a
+# concurrent resolve (which updates that row) either commits first, and the incident is skipped,
+# or waits, and its resolve rows queue after this trigger.
+_MISSING_TRIGGERS = """
+SELECT DISTINCT n.incident_id
+  FROM cronwarden.notifications n
+  JOIN cronwarden.incidents i ON i.id = n.incident_id AND i.resolved_at IS NULL
+ WHERE n.event = 'trigger'
+   AND EXISTS (SELECT 1 FROM unnest($1::text[]) AS s(sink)
+                WHERE NOT EXISTS (SELECT 1 FROM cronwarden.notifications t
+                                   WHERE t.incident_id = n.incident_id AND t.event = 'trigger'
+                                     AND t.sink = s.sink))
+ ORDER BY 1
+"""
+
+_LOCK_OPEN = """
+SELECT id FROM cronwarden.incidents WHERE id = $1 AND resolved_at IS NULL FOR UPDATE
+"""
+
+_QUEUE_MISSING_TRIGGER = """
+INSERT INTO cronwarden.notifications (incident_id, event, sink, message, dedup_key)
+SELECT t.incident_id, 'trigger', s.sink, t.message, t.dedup_key
+  FROM (SELECT * FROM cronwarden.notifications
+         WHERE incident_id = $1 AND event = 'trigger' ORDER BY id LIMIT 1) t
+ CROSS JOIN unnest($2::text[]) AS s(sink)
+ON CONFLICT (incident_id, event, sink) DO NOTHING
+RETURNING sink
+"""
+
 _DELIVERED = """
 UPDATE cronwarden.notifications
    SET delivered_at = now(), claimed_until = NULL, last_error = NULL
@@ -114,6 +150,25 @@ async def enqueue(
 ) -> None:
     if sinks:
         await conn.execute(_ENQUEUE, incident_id, event, sinks, message, message["dedup_key"])
+
+
+async def trigger_sinks(conn: Any, *, incident_id: int) -> list[str]:
+    return [r["sink"] for r in await conn.fetch(_TRIGGER_SINKS, incident_id)]
+
+
+async def queue_missing_triggers(conn: Any, *, sinks: list[str]) -> list[tuple[int, str]]:
+    """Queue the trigger of every open, paged incident for each of `sinks` it has not been
+    queued for (see `_MISSING_TRIGGERS`); the (incident id, sink) pairs queued."""
+    queued: list[tuple[int, str]] = []
+    if not sinks:
+        return queued
+    for row in await conn.fetch(_MISSING_TRIGGERS, sinks):
+        async with conn.transaction():
+            if await conn.fetchrow(_LOCK_OPEN, row["incident_id"]) is None:
+                continue  # resolved meanwhile: its resolve went to the sinks it paged
+            for added in await conn.fetch(_QUEUE_MISSING_TRIGGER, row["incident_id"], sinks):
+                queued.append((row["incident_id"], added["sink"]))
+    return queued
 
 
 async def claim_next(

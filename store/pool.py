@@ -71,14 +71,22 @@ def unreachable(dsn: str, exc: BaseException) -> DatabaseUnreachable:
 
 
 async def create_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    timeout: float = 10.0,
+    command_timeout: float | None = None,
 ) -> asyncpg.Pool:
+    """`command_timeout` bounds every statement that names no timeout of its own, the reset
+    asyncpg runs when a connection goes back to the pool among them."""
     try:
         pool = await asyncpg.create_pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
             timeout=timeout,
+            command_timeout=command_timeout,
             init=_init_connection,
             connection_class=PoolConnection,
             server_settings={"application_name": "cronwarden"},

@@ -19,18 +19,27 @@ from typing import Any, Protocol
 import httpx
 
 USER_AGENT = "cronwarden-monitor"
-# A refusal of the payload itself: sending the same body again cannot succeed. 408 and 429 ask
-# the sender to come back later, so they are retried like a server error.
-_RETRYABLE_4XX = frozenset({408, 425, 429})
+# A refusal of the payload itself: sending the same body again can never succeed. Only these are
+# given up on; every other answer is retried, since a page must never be dropped for a failure
+# that ends (408/425/429 ask the sender to come back later, like a server error does).
+_REFUSED_PAYLOAD = frozenset({400, 413, 422})
+# The address or credentials are wrong: a revoked Slack webhook, a rotated PagerDuty routing key,
+# a receiver behind a load balancer that answers 404 during a deploy. Fixing the settings (or the
+# deploy ending) lets the very same page through, so it is retried, and reported loudly.
+_CONFIGURATION = frozenset({401, 403, 404, 410})
 
 
 class SinkError(Exception):
     """Delivery failed; the message says how, without the URL."""
 
-    def __init__(self, message: str, *, permanent: bool = False) -> None:
+    def __init__(
+        self, message: str, *, permanent: bool = False, misconfigured: bool = False
+    ) -> None:
         super().__init__(message)
         self.permanent = permanent
-        """The sink refused this payload for good (a 4xx): retrying cannot help."""
+        """The sink refused this payload for good (400, 413, 422): retrying cannot help."""
+        self.misconfigured = misconfigured
+        """The sink's URL or credentials look wrong: retried, but an operator must act."""
 
 
 class Sink(Protocol):
@@ -54,9 +63,12 @@ def json_body(payload: Mapping[str, Any]) -> bytes:
     return json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
 
 
-def _status_error(status: int) -> SinkError:
-    permanent = 400 <= status < 500 and status not in _RETRYABLE_4XX
-    return SinkError(f"HTTP {status}", permanent=permanent)
+def status_error(status: int) -> SinkError:
+    """How a non-2xx answer fails a send: given up on only for a payload the sink can never
+    accept; retried for everything else."""
+    if status in _CONFIGURATION:
+        return SinkError(f"HTTP {status}: check the sink's URL and credentials", misconfigured=True)
+    return SinkError(f"HTTP {status}", permanent=status in _REFUSED_PAYLOAD)
 
 
 class Http:
@@ -102,7 +114,7 @@ class Http:
         except Exception as exc:
             raise SinkError(type(exc).__name__) from None
         if not 200 <= response.status_code < 300:
-            raise _status_error(response.status_code)
+            raise status_error(response.status_code)
         return response.status_code
 
     async def aclose(self) -> None:

@@ -47,8 +47,16 @@ async def test_two_monitors_one_killed_mid_send_and_a_failing_sink_page_each_inc
     tmp_path: Path,
 ) -> None:
     await stage_many(pool, schedule_id, INCIDENTS)
-    # A claim lapses after 2 x send timeout + 5 s: the killed monitor's page waits that long.
-    env = env_for(settings_for(database, receiver, monitor_send_timeout_seconds=2))
+    # A claim lapses after send timeout + 2 x database timeout + 5 s (17 s): the killed
+    # monitor's page waits that long.
+    env = env_for(
+        settings_for(
+            database,
+            receiver,
+            monitor_send_timeout_seconds=2,
+            monitor_database_timeout_seconds=5,
+        )
+    )
     receiver.hold.set()
     logs = [tmp_path / "monitor-1.log", tmp_path / "monitor-2.log"]
     monitors = [await start_monitor(env, log) for log in logs]

@@ -644,7 +644,12 @@ async def test_a_monitor_killed_mid_send_delivers_the_page_once_after_restart(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
     await stage(pool, schedule_id)
-    env = env_for(settings_for(database, receiver, monitor_send_timeout_seconds=2))
+    # The claim lapses after send timeout + 2 x database timeout + 5 s (17 s).
+    env = env_for(
+        settings_for(
+            database, receiver, monitor_send_timeout_seconds=2, monitor_database_timeout_seconds=5
+        )
+    )
     receiver.hold.set()
     first = await start_monitor(env)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import datetime
@@ -16,6 +17,7 @@ from typing import Any
 import asyncpg
 import pytest
 import pytest_asyncio
+import structlog
 from temporalio.client import (
     Client,
     Interceptor,
@@ -27,12 +29,15 @@ from temporalio.worker import Worker
 
 from cronwarden.embedded import EmbeddedPostgres, free_port
 from monitor.db_alert import default_state_file
-from monitor.messages import DB_UNREACHABLE
-from monitor.pauses import PauseCheck
+from monitor.loop import Monitor
+from monitor.messages import DB_UNREACHABLE, TRIGGER, incident_message
+from monitor.notify import DeliveryPolicy, deliver_due
+from monitor.pauses import PauseCheck, PauseCheckPolicy
 from monitor.sinks.webhook import DELIVERY_HEADER
 from schedules import operations
 from schedules.apply import apply_definitions
-from store import heartbeats
+from store import heartbeats, incidents, notifications
+from store.pool import create_pool
 from tests.integration.conftest import fetch, wait_for
 from tests.monitor_support import (
     SLACK_PATH,
@@ -199,11 +204,20 @@ async def test_with_temporal_down_the_monitor_still_pages_and_trusts_recorded_pa
     async def connect() -> Client:
         return await Client.connect(nowhere)
 
-    async with monitoring(database, receiver, pauses=PauseCheck(connect)) as monitor:
-        for _ in range(2):
-            assert await monitor.step() is None
+    # Said on every pass here (warn_every 0), and in the metrics: a pause lifted in Temporal's
+    # UI meanwhile would stay silent, and one line at the transition is easy to miss.
+    check = PauseCheck(connect, PauseCheckPolicy(timeout=2, reconnect_every=0, warn_every=0))
+    with structlog.testing.capture_logs() as logs:
+        async with monitoring(database, receiver, pauses=check) as monitor:
+            for _ in range(2):
+                assert await monitor.step() is None
     assert [b["schedule_id"] for b in events(receiver)] == [schedule_id]
     assert (await beat(pool, f"{schedule_id}-paused"))["paused"] is True
+    said = [e for e in logs if e["event"] == "monitor.pauses-unverified"]
+    assert [e["schedule_ids"] for e in said] == [[f"{schedule_id}-paused"]] * 2
+    rendered = monitor.metrics.render()
+    assert "cronwarden_monitor_temporal_reachable 0" in rendered
+    assert "cronwarden_monitor_pauses_unverified 1" in rendered
 
 
 async def test_apply_recreating_a_schedule_deleted_outside_cronwarden_starts_it_unpaused(
@@ -319,29 +333,57 @@ async def test_a_payload_the_sink_refuses_is_dead_lettered_and_later_pages_still
     assert "could not be delivered" in text.stdout and "HTTP 400" in text.stdout
 
 
-async def test_a_sink_that_fails_every_attempt_is_dead_lettered_after_a_bounded_number(
+async def test_a_sink_down_for_longer_than_any_bound_gets_its_pages_once_it_is_back(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
+    # More failures than the old give-up bound (8 attempts): an outage, however long, only
+    # delays pages. Both the trigger and its resolve reach the sink once it answers again.
+    receiver.script.extend([503] * 12)
     await stage(pool, schedule_id)
-    receiver.script.extend([503] * 3)
     async with monitoring(database, receiver) as monitor:
-        monitor.options = replace(
-            monitor.options, delivery=replace(monitor.options.delivery, max_attempts=3)
-        )
 
-        async def settled() -> bool:
+        async def delivered() -> bool:
             await passes(monitor)
-            rows = await fetch(
-                pool, "SELECT 1 FROM cronwarden.notifications WHERE dead_at IS NOT NULL"
-            )
-            return bool(rows)
+            return bool(events(receiver))
 
-        await wait_for(settled, timeout=20, what="the trigger to be given up on", interval=0.1)
+        await wait_for(delivered, timeout=60, what="the trigger after the outage", interval=0.1)
         await heartbeat_lands(pool, schedule_id)
         await passes(monitor, 2)
-    assert [r.status for r in receiver.at("/hook")] == [503, 503, 503, 200]
-    assert [b["event"] for b in events(receiver)] == ["resolve"]
-    assert monitor.metrics.dead["webhook"] == 1
+    assert [r.status for r in receiver.at("/hook")] == [503] * 12 + [200, 200]
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+    assert monitor.metrics.dead["webhook"] == 0
+    dead = await fetch(pool, "SELECT 1 FROM cronwarden.notifications WHERE dead_at IS NOT NULL")
+    assert dead == []
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 410])
+async def test_a_sink_refusing_its_address_or_key_is_retried_until_fixed_and_said_loudly(
+    database: str,
+    pool: asyncpg.Pool,
+    receiver: Receiver,
+    schedule_id: str,
+    status: int,
+) -> None:
+    # A revoked webhook or a rotated routing key: every page of that window must still go out
+    # once the configuration is fixed, never be given up on at its first answer.
+    receiver.script.extend([status] * 3)
+    await stage(pool, schedule_id)
+    with structlog.testing.capture_logs() as logs:
+        async with monitoring(database, receiver) as monitor:
+
+            async def delivered() -> bool:
+                await passes(monitor)
+                return bool(events(receiver))
+
+            await wait_for(delivered, timeout=30, what="the trigger once the sink takes it")
+    said = [e for e in logs if e["event"] == "notification.sink-misconfigured"]
+    assert len(said) == 3 and all(e["log_level"] == "error" for e in said)
+    assert said[0]["error"] == f"HTTP {status}: check the sink's URL and credentials"
+    assert [r.status for r in receiver.at("/hook")] == [status] * 3 + [200]
+    assert [b["event"] for b in events(receiver)] == ["trigger"]
+    assert monitor.metrics.dead["webhook"] == 0
+    [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
+    assert row["attempts"] == 4 and row["dead_at"] is None
 
 
 async def test_replicas_with_different_sinks_each_deliver_only_their_own(
@@ -361,6 +403,68 @@ async def test_replicas_with_different_sinks_each_deliver_only_their_own(
     rows = await fetch(pool, "SELECT sink, attempts, delivered_at FROM cronwarden.notifications")
     assert sorted((r["sink"], r["attempts"]) for r in rows) == [("slack", 1), ("webhook", 1)]
     assert all(r["delivered_at"] is not None for r in rows)
+
+
+def slack_events(receiver: Receiver) -> list[str]:
+    """The Slack messages accepted, as trigger or resolve (told apart by their icon)."""
+    texts = [b["blocks"][0]["text"]["text"] for b in events(receiver, SLACK_PATH)]
+    return ["resolve" if ":white_check_mark:" in t else "trigger" for t in texts]
+
+
+async def away(pool: asyncpg.Pool, monitor: Monitor) -> None:
+    """`monitor` last passed long ago: its sinks drop out of the other replicas' targets."""
+    await fetch(
+        pool,
+        "UPDATE cronwarden.monitor_state SET last_pass_at = now() - interval '1 hour'"
+        " WHERE monitor_id = $1",
+        monitor.identity,
+    )
+
+
+async def test_a_resolve_reaches_every_sink_its_trigger_went_to_even_one_now_away(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id, late="-1 hour")
+    slack: dict[str, Any] = {"slack_webhook_url": receiver.url(SLACK_PATH)}
+    async with (
+        monitoring(database, receiver) as webhook_only,
+        monitoring(database, receiver, **slack) as both,
+    ):
+        await passes(both)
+        await expected_ago(pool, schedule_id, "1 hour")
+        await passes(webhook_only, 2)  # opens the incident: a trigger for each sink
+        await passes(both)  # Slack has the trigger
+        await away(pool, both)  # the only replica with Slack is gone for a while
+        await heartbeat_lands(pool, schedule_id)
+        await passes(webhook_only, 2)  # resolves it
+        await passes(both)  # back: it delivers Slack's resolve
+    assert slack_events(receiver) == ["trigger", "resolve"]
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+
+
+async def test_a_sink_back_after_incidents_opened_without_it_gets_their_triggers(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id, late="-1 hour")
+    slack: dict[str, Any] = {"slack_webhook_url": receiver.url(SLACK_PATH)}
+    async with (
+        monitoring(database, receiver) as webhook_only,
+        monitoring(database, receiver, **slack) as both,
+    ):
+        await passes(both)
+        await away(pool, both)  # away while the schedule goes overdue
+        await expected_ago(pool, schedule_id, "1 hour")
+        await passes(webhook_only, 2)  # opens the incident: a trigger for the webhook only
+        assert slack_events(receiver) == []
+        await passes(both, 2)  # back: the open incident's trigger reaches Slack too
+        await heartbeat_lands(pool, schedule_id)
+        await passes(webhook_only, 2)
+        await passes(both)
+    assert slack_events(receiver) == ["trigger", "resolve"]
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+    [incident] = await incidents_of(pool, schedule_id)
+    rows = await fetch(pool, "SELECT * FROM cronwarden.notifications WHERE sink = 'slack'")
+    assert {r["incident_id"] for r in rows} == {incident["id"]}
 
 
 # 3. The "database unreachable" alert -------------------------------------------------------------
@@ -444,6 +548,76 @@ async def test_a_sink_that_trickles_its_answer_fails_its_send_not_the_database(
         await wait_for(abandoned, timeout=30, what="the receiver to see the sender hang up")
         assert monitor.metrics.database_up
     assert events(receiver, kind=DB_UNREACHABLE) == []
+
+
+async def deliver(
+    monitor: Monitor, pool: asyncpg.Pool, policy: DeliveryPolicy, *, budget: float
+) -> int:
+    """One delivery step of `monitor`, on `pool` and under `policy`, with `budget` seconds."""
+    return await deliver_due(
+        pool,
+        monitor.sinks,
+        http=monitor.http,
+        claimer=monitor.identity,
+        policy=policy,
+        metrics=monitor.metrics,
+        deadline=time.monotonic() + budget,
+    )
+
+
+async def test_a_delivery_waiting_for_a_database_connection_gives_up_within_its_timeout(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # A database that stops answering right after the scan: the delivery's next step cannot get
+    # a connection (here: every one of a one-connection pool is taken). The pass must end with
+    # an error within the database timeout, so the next pass can raise "database unreachable",
+    # not wait on the pool for as long as TCP takes to give up.
+    await stage(pool, schedule_id)
+    small = await create_pool(database, max_size=1)
+    held = await small.acquire()
+    async with monitoring(database, receiver) as monitor:
+        policy = replace(monitor.options.delivery, database_timeout=0.5)
+        delivery = asyncio.create_task(deliver(monitor, small, policy, budget=3600))
+        try:
+            # Far longer than the timeout: a load-slowed machine still answers in time.
+            await asyncio.wait([delivery], timeout=30)
+            assert delivery.done(), "the delivery still waits for a connection"
+            assert isinstance(delivery.exception(), TimeoutError)
+        finally:
+            delivery.cancel()
+            await small.release(held)
+            await small.close()
+    assert receiver.at("/hook") == []
+
+
+async def test_a_pass_with_too_little_budget_left_leaves_its_pages_untried_for_the_next(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    # A quarter of a send timeout left: a send started now would be cut short on a slow sink
+    # and cost the row an attempt and a backoff for the pass running out, not the sink failing.
+    await stage(pool, schedule_id)
+    receiver.hold.set()  # a slow sink: it answers nothing within the time left
+    try:
+        async with monitoring(database, receiver) as monitor:
+            async with pool.acquire() as conn:
+                opened = await incidents.open_incident(
+                    conn, schedule_id=schedule_id, kind="overdue", summary="late", details={}
+                )
+                assert opened is not None
+                await notifications.enqueue(
+                    conn,
+                    incident_id=opened["id"],
+                    event=TRIGGER,
+                    sinks=monitor.sink_names,
+                    message=incident_message(TRIGGER, opened),
+                )
+            policy = replace(monitor.options.delivery, send_timeout=2.0)
+            delivered = await deliver(monitor, pool, policy, budget=0.5)
+    finally:
+        receiver.release.set()
+    assert delivered == 0 and receiver.at("/hook") == []
+    [row] = await fetch(pool, "SELECT * FROM cronwarden.notifications")
+    assert row["attempts"] == 0 and row["last_error"] is None and row["claimed_until"] is None
 
 
 async def test_delivery_ids_are_one_per_incident_event_and_sink_and_stable_across_retries(

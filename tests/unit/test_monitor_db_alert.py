@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from monitor.db_alert import AlertState, AlertStore, on_failure, on_healthy
+import pytest
+
+from monitor.db_alert import (
+    AlertState,
+    AlertStore,
+    default_state_file,
+    on_failure,
+    on_healthy,
+)
 
 EVERY = 900.0
 
@@ -62,3 +71,38 @@ def test_an_unreadable_state_file_starts_afresh(tmp_path: Path) -> None:
     path = tmp_path / "alert.json"
     path.write_text("{not json")
     assert AlertStore(path).state == AlertState()
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        ("postgresql://cw:first@db:5432/cron", "postgresql://cw:second@db:5432/cron"),
+        ("postgresql://cw@db/cron?password=first", "postgresql://cw@db/cron?password=second"),
+        (
+            "host=db user=cw password=first dbname=cron",
+            "host=db user=cw password=second dbname=cron",
+        ),
+    ],
+)
+def test_the_state_file_is_named_for_the_database_not_its_password(one: str, other: str) -> None:
+    # A digest that changes with the password is a digest of the password, in a directory
+    # anyone can list.
+    assert default_state_file(one) == default_state_file(other)
+    assert default_state_file(one) != default_state_file(one.replace("cron", "other"))
+
+
+def test_saving_never_writes_through_a_link_planted_at_a_guessable_name(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    path = tmp_path / "alert.json"
+    # The name the state's temporary file once had: `.alert.json.<pid>`.
+    (tmp_path / f".{path.name}.{os.getpid()}").symlink_to(victim)
+    store = AlertStore(path)
+    store.save(AlertState(open=True, last_trigger_at=1.0, failures=1))
+    assert victim.read_text() == "untouched"
+    assert AlertStore(path).state == AlertState(open=True, last_trigger_at=1.0, failures=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f".{path.name}.{os.getpid()}",
+        "alert.json",
+        "victim",
+    ]

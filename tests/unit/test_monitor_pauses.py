@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from monitor.pauses import PauseCheck, PauseCheckPolicy
 
@@ -24,3 +25,30 @@ def test_few_paused_schedules_are_all_looked_up_every_pass() -> None:
     check = PauseCheck(_never, PauseCheckPolicy(batch=5))
     rows: list[dict[str, Any]] = [{"schedule_id": s} for s in "ba"]
     assert [[r["schedule_id"] for r in check.share(rows)] for _ in range(2)] == [["a", "b"]] * 2
+
+
+class _Handle:
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+
+    async def describe(self) -> Any:
+        # The Temporal edge: one id is refused on its own, the others are gone (NOT_FOUND).
+        if self.schedule_id == "refused":
+            raise RPCError("no", RPCStatusCode.PERMISSION_DENIED, b"")
+        raise RPCError("gone", RPCStatusCode.NOT_FOUND, b"")
+
+
+class _Client:
+    def get_schedule_handle(self, schedule_id: str) -> _Handle:
+        return _Handle(schedule_id)
+
+
+async def test_one_schedule_temporal_refuses_leaves_only_its_own_pause_unverified() -> None:
+    async def connect() -> Client:
+        return cast(Client, _Client())
+
+    check = PauseCheck(connect)
+    rows: list[dict[str, Any]] = [{"schedule_id": s} for s in ("a", "refused", "z")]
+    assert await check.lifts(rows) == []
+    assert check.unverified == ["refused"]
+    assert check.reachable

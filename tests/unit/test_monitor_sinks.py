@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from pydantic import SecretStr
 
 from monitor.messages import (
@@ -20,6 +21,7 @@ from monitor.messages import (
     incident_message,
 )
 from monitor.metrics import Metrics
+from monitor.sinks import status_error
 from monitor.sinks.pagerduty import PagerDutySink, pagerduty_event
 from monitor.sinks.slack import slack_payload
 from monitor.sinks.webhook import SIGNATURE_HEADER, WebhookSink
@@ -150,3 +152,24 @@ def test_healthz_fails_once_no_pass_reached_the_database_for_too_long() -> None:
     assert not Metrics().healthy(max_age=60)
     assert Metrics(last_pass_at=time.time() - 10).healthy(max_age=60)
     assert not Metrics(last_pass_at=time.time() - 61).healthy(max_age=60)
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+def test_only_a_payload_the_sink_can_never_accept_is_given_up_on(status: int) -> None:
+    error = status_error(status)
+    assert error.permanent and not error.misconfigured
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 410])
+def test_a_refused_address_or_credential_is_retried_and_called_a_configuration_error(
+    status: int,
+) -> None:
+    error = status_error(status)
+    assert not error.permanent and error.misconfigured
+    assert str(error) == f"HTTP {status}: check the sink's URL and credentials"
+
+
+@pytest.mark.parametrize("status", [405, 408, 409, 425, 429, 451, 500, 502, 503, 504])
+def test_every_other_failure_is_retried(status: int) -> None:
+    error = status_error(status)
+    assert not error.permanent and not error.misconfigured
