@@ -23,28 +23,15 @@ from activities.lease import LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from schedules.apply import apply_definitions
 from schedules.backfill import load_managed, plan
-from schedules.model import ScheduleDefinition
 from schedules.replay import FAILED, REPLAYED, replay_all
 from schedules.window import Window
 from store import locks
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch, wait_for
+from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
 
 LOG = get_logger("cronwarden.test")
-
-
-def definition(schedule_id: str, **fields: Any) -> ScheduleDefinition:
-    base: dict[str, Any] = {
-        "id": schedule_id,
-        "job": "probe",
-        "every": "2s",
-        "catchup_window": "1m",
-        "heartbeat_grace": "1m",
-        "lock_ttl": "10s",
-        "timeout": "30s",
-    }
-    return ScheduleDefinition.model_validate(base | fields)
 
 
 def request(name: str, holder: str, **fields: Any) -> LeaseRequest:
