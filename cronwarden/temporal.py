@@ -2,15 +2,67 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 from temporalio.service import TLSConfig
 
 from cronwarden.codec import data_converter
 from cronwarden.config import Settings
 from cronwarden.errors import InvalidInput, Unreachable
+from cronwarden.logs import get_logger
+
+_core_logs_routed = False
+
+
+class _CoreLogHandler(logging.Handler):
+    """The SDK core's records as `temporal.core` events, through our own log pipeline."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        core = getattr(record, "temporal_log", None)
+        get_logger("temporalio.core").log(
+            record.levelno,
+            "temporal.core",
+            target=getattr(core, "target", None),
+            message=getattr(core, "message", record.getMessage()),
+            fields={k: str(v) for k, v in (getattr(core, "fields", None) or {}).items()},
+        )
+
+
+def route_core_logs() -> None:
+    """Send the SDK core's log lines (gRPC retry warnings while Temporal is away, poller
+    errors) to stderr as structured events.
+
+    Left alone, the Rust core prints them, coloured, on *stdout*: a `--json` command whose
+    server blipped mid-call would hand a script its JSON with warnings mixed in. Set before the
+    first client exists, since every client and worker takes the default runtime at creation.
+    """
+    global _core_logs_routed
+    if _core_logs_routed:
+        return
+    logger = logging.getLogger("temporalio.core")
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    logger.addHandler(_CoreLogHandler())
+    runtime = Runtime(
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(
+                filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                forwarding=LogForwardingConfig(logger=logger),
+            )
+        )
+    )
+    Runtime.set_default(runtime, error_if_already_set=False)
+    _core_logs_routed = True
 
 
 def _read(path: str, what: str) -> bytes:
@@ -54,6 +106,7 @@ def _plain_reason(text: str) -> str:
 
 async def connect(settings: Settings) -> Client:
     api_key = settings.temporal_api_key.get_secret_value() if settings.temporal_api_key else None
+    route_core_logs()
     try:
         return await Client.connect(
             settings.temporal_address,
