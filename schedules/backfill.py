@@ -114,17 +114,34 @@ async def matching_times(
             return
         # Fire times carry no fraction without jitter, and cronwarden sets none; the key
         # truncates to the second exactly like this.
-        page = []
-        for t in times:
-            if previous < t.seconds <= end_s:
-                page.append(t.seconds)
-                previous = t.seconds
+        page = [t.seconds for t in times]
+        # A page as the contract says (ascending, each once, inside the window) is taken whole;
+        # these checks run in C, where a loop per time was most of the client's CPU on a year.
+        if not (
+            previous < page[0]
+            and page[-1] <= end_s
+            and sorted(page) == page
+            and len(set(page)) == len(page)
+        ):
+            page = _forward_only(page, previous, end_s)
         if page:
+            previous = page[-1]
             yield page
         last = times[-1]
         if (last.seconds, last.nanos) <= (after.seconds, after.nanos) or last.seconds >= end_s:
             return
         after = last
+
+
+def _forward_only(seconds: list[int], previous: int, end_s: int) -> list[int]:
+    """The times later than every time before them, up to `end_s`: what a server that answers
+    out of order or repeats itself leaves of a page."""
+    page = []
+    for s in seconds:
+        if previous < s <= end_s:
+            page.append(s)
+            previous = s
+    return page
 
 
 class FireTimes:
