@@ -13,7 +13,9 @@ One paused minutely schedule (on a task queue no worker polls); the outbox seede
   start and imports included, beside Temporal's matching times alone;
 - each subprocess's peak RSS (the kernel's ru_maxrss from wait4), beside `backfill plan
   --json` over one hour of the same schedule: the process's own size, which the window adds
-  to. The outputs are written as they are formatted, so a year's keys should add little.
+  to. The outputs are written as they are formatted, so a year's keys should add little;
+- the same for the largest document, `backfill run --dry-run --json` of a schedule with no
+  outbox record at all: every key of the year and the workflow id of each.
 
 `python -m bench.backfill_plan [--repeat 3]` prints the older, wider table: windows of one day,
 30 days and a year, against an empty and the seeded outbox, with tracemalloc's peak and four
@@ -53,6 +55,8 @@ from store import outbox
 from store.pool import create_pool
 
 SCHEDULE_ID = "bench-minutely"
+NONE_DONE_ID = "bench-minutely-none-done"
+"""The same schedule without a single outbox record: every key of the window is listed."""
 TASK_QUEUE = "bench-backfill-nobody-polls"
 KEYS = 525_600  # a year of minutely fires
 DONE = 500_000
@@ -106,12 +110,13 @@ def window_of(keys: int, end: datetime) -> Window:
     return Window(end - timedelta(minutes=keys - 1), end)
 
 
-async def create_schedule(client: Client) -> None:
+async def create_schedule(client: Client, schedule_id: str = SCHEDULE_ID) -> None:
+    # The two schedules of `measure` share job and spec on purpose.
     defn = ScheduleDefinition.model_validate(
-        {"id": SCHEDULE_ID, "job": "probe", "cron": "* * * * *"}
+        {"id": schedule_id, "job": "probe", "cron": "* * * * *", "allow_duplicate": True}
     )
     await apply_definitions(client, None, [defn], task_queue=TASK_QUEUE)
-    await client.get_schedule_handle(SCHEDULE_ID).pause(note="benchmark")
+    await client.get_schedule_handle(schedule_id).pause(note="benchmark")
 
 
 async def seed(pool: asyncpg.Pool, window: Window, *, keys: int, missing: int) -> None:
@@ -191,6 +196,16 @@ def commands(window: Window) -> list[Command]:
     ]
 
 
+def worst_case(window: Window) -> Command:
+    """The largest document: every key of the window, and the workflow id of each."""
+    span = ["--start", _iso(window.start), "--end", _iso(window.end)]
+    return Command(
+        "backfill run --dry-run --json",
+        ["backfill", "run", NONE_DONE_ID, *span, "--dry-run", "--json"],
+        lambda text: len(json.loads(text)["workflow_ids"]),
+    )
+
+
 def _iso(value: datetime) -> str:
     return f"{value:%Y-%m-%dT%H:%M:%SZ}"
 
@@ -226,8 +241,12 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
     dsn = stack.dsn_for("backfill")
     pool = await create_pool(dsn, max_size=2)
     client = stack.client
+    measured: list[tuple[str, list[CliRun]]] = []
+    created: list[str] = []
     try:
-        await create_schedule(client)
+        for schedule_id in (SCHEDULE_ID, NONE_DONE_ID):
+            await create_schedule(client, schedule_id)
+            created.append(schedule_id)
         window = window_of(keys, year_end())
         await seed(pool, window, keys=keys, missing=missing)
 
@@ -242,21 +261,22 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
         )
         hour = window_of(60, window.end)
         small = [await _cli(stack, dsn, hour, commands(hour)[0].args) for _ in range(stack.repeat)]
-        runs: dict[str, list[CliRun]] = {}
-        for command in commands(window):
-            runs[command.label] = [
-                await _cli(stack, dsn, window, command.args) for _ in range(stack.repeat)
-            ]
-            listed = {command.listed(r.output) for r in runs[command.label]}
-            if any(n != missing if command.exact else n < missing for n in listed):
+        what = f"{keys:,} keys, {keys - missing:,} done"
+        cases = [(command, what, missing) for command in commands(window)]
+        cases.append((worst_case(window), f"{keys:,} keys, none done", keys))
+        for command, named, listing in cases:
+            runs = [await _cli(stack, dsn, window, command.args) for _ in range(stack.repeat)]
+            listed = {command.listed(r.output) for r in runs}
+            if any(n != listing if command.exact else n < listing for n in listed):
                 raise RuntimeError(
-                    f"`{command.label}` listed {sorted(listed)} keys, the plan {missing}"
+                    f"`{command.label}` listed {sorted(listed)} keys, the plan {listing}"
                 )
+            measured.append((f"`cronwarden {command.label}`, {named}", runs))
     finally:
         await pool.close()
-        await client.get_schedule_handle(SCHEDULE_ID).delete()
+        for schedule_id in created:
+            await client.get_schedule_handle(schedule_id).delete()
 
-    what = f"{keys:,} keys, {keys - missing:,} done"
     judged = not quick
     hour_mib = median([r.max_rss_mib for r in small])
     # Judged on the ratio, not on seconds: Temporal's own evaluation of the spec is the floor.
@@ -271,8 +291,7 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
             met=plan_ratio <= RATIO_GOAL if judged else None,
         )
     ]
-    for label, done in runs.items():
-        name = f"`cronwarden {label}`, {what}"
+    for name, done in measured:
         wall = median([r.seconds for r in done])
         rows.append(
             Row(

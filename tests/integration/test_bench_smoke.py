@@ -40,6 +40,8 @@ EXPECTED = {
             )
             for figure in ("wall time", "peak RSS")
         ),
+        "`cronwarden backfill run --dry-run --json`, 1,440 keys, none done: wall time",
+        "`cronwarden backfill run --dry-run --json`, 1,440 keys, none done: peak RSS",
     ],
     "monitor_scan": [
         "monitor overdue query: 10,000 rows, 1.0% overdue (100)",
