@@ -2,21 +2,26 @@
 holds 500,000 of them, evenly spread: its time and the peak memory of the command.
 
 One paused minutely schedule (on a task queue no worker polls); the outbox seeded with one
-`INSERT ... SELECT generate_series`. Three figures, each the median of the stack's runs:
+`INSERT ... SELECT generate_series`. Each figure is the median of the stack's runs:
 
-- the plan in process (`plan_window`, what the command runs), beside Temporal's matching-times
-  stream alone, which is the floor: the plan cannot be faster than Temporal lists the times;
-- the real command as a subprocess (`cronwarden backfill plan --json`, through
-  `bench.cli_unclamped`, which only moves the schedule's creation a year back so the window is
-  not clamped away): wall time from exec to exit, interpreter start and imports included;
-- that subprocess's peak RSS (the kernel's ru_maxrss from wait4), beside the same command over
-  one hour of the same schedule: the process's own size, which the plan adds to.
+- the plan in process (`plan_window`, what the commands run), beside Temporal's matching-times
+  stream alone, which is the floor: the plan cannot be faster than Temporal lists the times.
+  The two run back to back in each round, and the ratio is the median of the rounds' ratios;
+- the real commands as subprocesses (`backfill plan --json`, `backfill run --dry-run`, `audit`
+  and `audit --json`, through `bench.cli_unclamped`, which only moves the schedule's creation
+  a year back so the window is not clamped away): wall time from exec to exit, interpreter
+  start and imports included, beside Temporal's matching times alone;
+- each subprocess's peak RSS (the kernel's ru_maxrss from wait4), beside `backfill plan
+  --json` over one hour of the same schedule: the process's own size, which the window adds
+  to. The outputs are written as they are formatted, so a year's keys should add little;
+- the same for the largest document, `backfill run --dry-run --json` of a schedule with no
+  outbox record at all: every key of the year and the workflow id of each.
 
 `python -m bench.backfill_plan [--repeat 3]` prints the older, wider table: windows of one day,
-30 days and a year, against an empty and the seeded outbox, with tracemalloc's peak and three
+30 days and a year, against an empty and the seeded outbox, with tracemalloc's peak and four
 ways of subtracting a page from the outbox side by side (a NOT EXISTS probe per element,
-EXCEPT against one range scan, which is the plan's statement, and a range scan subtracted in
-Python).
+EXCEPT against one range scan, a range scan's rows subtracted in Python, and the range scan's
+times as one array subtracted in Python, which is the plan's statement).
 """
 
 from __future__ import annotations
@@ -46,14 +51,17 @@ from schedules.apply import apply_definitions
 from schedules.backfill import matching_times, plan_window
 from schedules.model import ScheduleDefinition
 from schedules.window import Window
+from store import outbox
 from store.pool import create_pool
 
 SCHEDULE_ID = "bench-minutely"
+NONE_DONE_ID = "bench-minutely-none-done"
+"""The same schedule without a single outbox record: every key of the window is listed."""
 TASK_QUEUE = "bench-backfill-nobody-polls"
 KEYS = 525_600  # a year of minutely fires
 DONE = 500_000
 QUICK_KEYS = 1_440  # a day
-GOAL_SECONDS = 3.0
+RATIO_GOAL = 1.1
 GOAL_MIB = 300.0
 CLI_TIMEOUT = 120.0
 
@@ -102,12 +110,13 @@ def window_of(keys: int, end: datetime) -> Window:
     return Window(end - timedelta(minutes=keys - 1), end)
 
 
-async def create_schedule(client: Client) -> None:
+async def create_schedule(client: Client, schedule_id: str = SCHEDULE_ID) -> None:
+    # The two schedules of `measure` share job and spec on purpose.
     defn = ScheduleDefinition.model_validate(
-        {"id": SCHEDULE_ID, "job": "probe", "cron": "* * * * *"}
+        {"id": schedule_id, "job": "probe", "cron": "* * * * *", "allow_duplicate": True}
     )
     await apply_definitions(client, None, [defn], task_queue=TASK_QUEUE)
-    await client.get_schedule_handle(SCHEDULE_ID).pause(note="benchmark")
+    await client.get_schedule_handle(schedule_id).pause(note="benchmark")
 
 
 async def seed(pool: asyncpg.Pool, window: Window, *, keys: int, missing: int) -> None:
@@ -123,7 +132,7 @@ async def seed(pool: asyncpg.Pool, window: Window, *, keys: int, missing: int) -
 class CliRun:
     seconds: float
     max_rss_mib: float
-    output: dict[str, Any]
+    output: str
 
 
 def _run_cli(argv: list[str], env: dict[str, str], out: Path, errors: Path) -> CliRun:
@@ -147,36 +156,83 @@ def _run_cli(argv: list[str], env: dict[str, str], out: Path, errors: Path) -> C
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[1:])} exited {proc.returncode}: {errors.read_text()}")
     # ru_maxrss is in KiB on Linux.
-    return CliRun(seconds, usage.ru_maxrss / 1024, json.loads(out.read_text()))
+    return CliRun(seconds, usage.ru_maxrss / 1024, out.read_text())
 
 
-async def _cli_plan(stack: BenchStack, dsn: str, window: Window) -> CliRun:
+@dataclass(frozen=True)
+class Command:
+    """One command over the window, and how to tell that its output covers every key."""
+
+    label: str
+    args: list[str]
+    listed: Callable[[str], int]
+    """How many keys the output lists as missing (or would replay)."""
+    exact: bool = True
+    """False for `audit`, whose window runs on to now: a minute or two more than the plan's."""
+
+
+def _json_keys(text: str) -> int:
+    return len(json.loads(text)["missing_keys"])
+
+
+def _lines(prefix: str) -> Callable[[str], int]:
+    return lambda text: sum(1 for line in text.splitlines() if line.startswith(prefix))
+
+
+def commands(window: Window) -> list[Command]:
+    span = ["--start", _iso(window.start), "--end", _iso(window.end)]
+    since = ["--since", _iso(window.start)]
+    return [
+        Command(
+            "backfill plan --json", ["backfill", "plan", SCHEDULE_ID, *span, "--json"], _json_keys
+        ),
+        Command(
+            "backfill run --dry-run",
+            ["backfill", "run", SCHEDULE_ID, *span, "--dry-run"],
+            _lines("  would replay "),
+        ),
+        Command("audit", ["audit", SCHEDULE_ID, *since], _lines("  missing "), exact=False),
+        Command("audit --json", ["audit", SCHEDULE_ID, *since, "--json"], _json_keys, exact=False),
+    ]
+
+
+def worst_case(window: Window) -> Command:
+    """The largest document: every key of the window, and the workflow id of each."""
+    span = ["--start", _iso(window.start), "--end", _iso(window.end)]
+    return Command(
+        "backfill run --dry-run --json",
+        ["backfill", "run", NONE_DONE_ID, *span, "--dry-run", "--json"],
+        lambda text: len(json.loads(text)["workflow_ids"]),
+    )
+
+
+def _iso(value: datetime) -> str:
+    return f"{value:%Y-%m-%dT%H:%M:%SZ}"
+
+
+async def _cli(stack: BenchStack, dsn: str, window: Window, args: list[str]) -> CliRun:
     env = stack.cli_env(dsn, task_queue=TASK_QUEUE)
     env["BENCH_SCHEDULE_CREATED_AT"] = (window.start - timedelta(days=1)).isoformat()
-    argv = [
-        *stack.python_argv("-m", "bench.cli_unclamped"),
-        "--log-level",
-        "WARNING",
-        "backfill",
-        "plan",
-        SCHEDULE_ID,
-        "--start",
-        f"{window.start:%Y-%m-%dT%H:%M:%SZ}",
-        "--end",
-        f"{window.end:%Y-%m-%dT%H:%M:%SZ}",
-        "--json",
-    ]
-    out = stack.work_dir / "plan.json"
-    return await asyncio.to_thread(_run_cli, argv, env, out, stack.work_dir / "plan.stderr")
+    argv = [*stack.python_argv("-m", "bench.cli_unclamped"), "--log-level", "WARNING", *args]
+    out = stack.work_dir / "cli.out"
+    return await asyncio.to_thread(_run_cli, argv, env, out, stack.work_dir / "cli.stderr")
 
 
-async def _median_seconds(repeat: int, make: Callable[[], Awaitable[Any]]) -> float:
-    times = []
+async def _plan_and_matching(
+    client: Client, pool: asyncpg.Pool, window: Window, repeat: int
+) -> tuple[float, float, float]:
+    """Median plan time, median matching-times time and the median of the per-round ratios:
+    the two run back to back in each round, so a slow moment of the machine weighs on both."""
+    plans, matchings, ratios = [], [], []
     for _ in range(repeat):
         started = time.perf_counter()
-        await make()
-        times.append(time.perf_counter() - started)
-    return median(times)
+        await plan_window(client, pool, SCHEDULE_ID, window)
+        plans.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await _count_matching(client, window)
+        matchings.append(time.perf_counter() - started)
+        ratios.append(plans[-1] / matchings[-1])
+    return median(plans), median(matchings), median(ratios)
 
 
 async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
@@ -185,8 +241,12 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
     dsn = stack.dsn_for("backfill")
     pool = await create_pool(dsn, max_size=2)
     client = stack.client
+    measured: list[tuple[str, list[CliRun]]] = []
+    created: list[str] = []
     try:
-        await create_schedule(client)
+        for schedule_id in (SCHEDULE_ID, NONE_DONE_ID):
+            await create_schedule(client, schedule_id)
+            created.append(schedule_id)
         window = window_of(keys, year_end())
         await seed(pool, window, keys=keys, missing=missing)
 
@@ -196,54 +256,64 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
                 f"planned {planned.expected} keys, {len(planned.missing)} missing: "
                 f"expected {keys} and {missing}"
             )
-        plan_s = await _median_seconds(
-            stack.repeat, lambda: plan_window(client, pool, SCHEDULE_ID, window)
+        plan_s, matching_s, plan_ratio = await _plan_and_matching(
+            client, pool, window, stack.repeat
         )
-        matching_s = await _median_seconds(stack.repeat, lambda: _count_matching(client, window))
         hour = window_of(60, window.end)
-        runs = [await _cli_plan(stack, dsn, window) for _ in range(stack.repeat)]
-        small = [await _cli_plan(stack, dsn, hour) for _ in range(stack.repeat)]
+        small = [await _cli(stack, dsn, hour, commands(hour)[0].args) for _ in range(stack.repeat)]
+        what = f"{keys:,} keys, {keys - missing:,} done"
+        cases = [(command, what, missing) for command in commands(window)]
+        cases.append((worst_case(window), f"{keys:,} keys, none done", keys))
+        for command, named, listing in cases:
+            runs = [await _cli(stack, dsn, window, command.args) for _ in range(stack.repeat)]
+            listed = {command.listed(r.output) for r in runs}
+            if any(n != listing if command.exact else n < listing for n in listed):
+                raise RuntimeError(
+                    f"`{command.label}` listed {sorted(listed)} keys, the plan {listing}"
+                )
+            measured.append((f"`cronwarden {command.label}`, {named}", runs))
     finally:
         await pool.close()
-        await client.get_schedule_handle(SCHEDULE_ID).delete()
+        for schedule_id in created:
+            await client.get_schedule_handle(schedule_id).delete()
 
-    if any(len(r.output["missing_keys"]) != missing for r in runs):
-        raise RuntimeError("the command's plan disagrees with the in-process plan")
-    cli_s, cli_mib = median(r.seconds for r in runs), median(r.max_rss_mib for r in runs)
-    hour_s, hour_mib = median(r.seconds for r in small), median(r.max_rss_mib for r in small)
-    what = f"{keys:,} keys, {keys - missing:,} done"
     judged = not quick
-    command = f"`cronwarden backfill plan --json`, {what}"
-    return [
-        beside(
-            f"backfill plan, {what}: in process",
-            plan_s,
-            matching_s,
-            unit="s",
-            baseline_note="Temporal's times alone",
-            below=GOAL_SECONDS,
-            judged=judged,
-        ),
-        beside(
-            f"{command}: wall time",
-            cli_s,
-            hour_s,
-            unit="s",
-            baseline_note="60 keys",
-            below=GOAL_SECONDS,
-            judged=judged,
-        ),
-        beside(
-            f"{command}: peak RSS",
-            cli_mib,
-            hour_mib,
-            unit="MiB",
-            baseline_note="60 keys",
-            below=GOAL_MIB,
-            judged=judged,
-            digits=0,
-        ),
+    hour_mib = median([r.max_rss_mib for r in small])
+    # Judged on the ratio, not on seconds: Temporal's own evaluation of the spec is the floor.
+    floor = f"{matching_s:.2f} s (Temporal's times alone)"
+    rows = [
+        Row(
+            metric=f"backfill plan, {what}: in process",
+            ours=f"{plan_s:.2f} s",
+            baseline=floor,
+            ratio=f"{plan_ratio:.2f}x (median of per-round ratios)",
+            goal=f"<= {RATIO_GOAL}x",
+            met=plan_ratio <= RATIO_GOAL if judged else None,
+        )
     ]
+    for name, done in measured:
+        wall = median([r.seconds for r in done])
+        rows.append(
+            Row(
+                metric=f"{name}: wall time",
+                ours=f"{wall:.2f} s",
+                baseline=floor,
+                ratio=f"{wall / matching_s:.2f}x",
+            )
+        )
+        rows.append(
+            beside(
+                f"{name}: peak RSS",
+                median([r.max_rss_mib for r in done]),
+                hour_mib,
+                unit="MiB",
+                baseline_note="`backfill plan --json`, 60 keys",
+                below=GOAL_MIB,
+                judged=judged,
+                digits=0,
+            )
+        )
+    return rows
 
 
 # --- the strategy comparison (`python -m bench.backfill_plan`) ------------------------------------
@@ -264,10 +334,15 @@ async def _range_then_python(conn: Any, page: list[int]) -> int:
     return sum(1 for s in page if s not in done)
 
 
+async def _array_then_python(conn: Any, page: list[int]) -> int:
+    return len(await outbox.missing_fire_times(conn, SCHEDULE_ID, page))
+
+
 STRATEGIES: dict[str, Callable[[Any, list[int]], Awaitable[int]]] = {
     "not-exists": _not_exists,
-    "except": _except,  # the plan's own statement, without the page prefetch
+    "except": _except,
     "range+py": _range_then_python,
+    "array+py": _array_then_python,  # the plan's own statement, without the page prefetch
 }
 WINDOWS = [("1 day", 1_440), ("30 days", 43_200), ("1 year", KEYS)]
 

@@ -16,8 +16,8 @@ import asyncpg
 from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
 from temporalio.common import SearchAttributeKey
 
-from activities.contract import logical_key
-from schedules.backfill import ManagedSchedule, plan_on
+from activities.contract import logical_key, parse_fire_time
+from schedules.backfill import FireTimes, ManagedSchedule, plan_on
 from schedules.run_ids import REPLAY_INFIX, replay_fire_time, scheduled_fire_time
 from schedules.status import lease_skip_json
 from schedules.window import Window
@@ -37,9 +37,9 @@ class Audit:
     committed_off_spec: int
     """Outbox records in the window at times the current spec does not produce (a manual
     trigger, a spec changed since)."""
-    in_flight: list[datetime]
+    in_flight: FireTimes
     """Expected fire times whose run is executing now (no outbox record yet)."""
-    missing: list[datetime]
+    missing: FireTimes
     """Expected fire times with neither an outbox record nor a run in flight."""
     actions_total: int
     skipped_overlap_total: int
@@ -53,11 +53,15 @@ class Audit:
 
     @property
     def lease_skipped(self) -> list[datetime]:
-        """Missing fire times known to have ended `overlap-locked` at the lease."""
+        """Missing fire times known to have ended `overlap-locked` at the lease: at most the
+        last skip's, looked up in the missing times rather than by formatting each one."""
         key = (self.last_lease_skip or {}).get("logical_key")
-        return [t for t in self.missing if logical_key(self.schedule_id, t) == key]
+        fire_time = _fire_time_of_key(self.schedule_id, key) if isinstance(key, str) else None
+        return [fire_time] if fire_time is not None and fire_time in self.missing else []
 
     def as_json(self) -> dict[str, Any]:
+        """The `--json` document. Its key lists are iterators, formatted as they are written:
+        write it with `schedules.json_stream.dump`."""
         return {
             "schedule_id": self.schedule_id,
             "window": self.window.as_json(),
@@ -66,9 +70,11 @@ class Audit:
             "in_flight": len(self.in_flight),
             "missing": len(self.missing),
             "committed_off_spec": self.committed_off_spec,
-            "missing_keys": [logical_key(self.schedule_id, t) for t in self.missing],
-            "in_flight_keys": [logical_key(self.schedule_id, t) for t in self.in_flight],
-            "skipped_lease_keys": [logical_key(self.schedule_id, t) for t in self.lease_skipped],
+            "missing_keys": self.missing.keys(self.schedule_id),
+            "in_flight_keys": self.in_flight.keys(self.schedule_id),
+            "skipped_lease_keys": iter(
+                [logical_key(self.schedule_id, t) for t in self.lease_skipped]
+            ),
             "lease": {
                 "skipped_total": self.lease_skips_total,
                 "last_skip": self.last_lease_skip,
@@ -97,7 +103,10 @@ async def audit(
             else await outbox.done_in_window(conn, schedule.schedule_id, window.start, window.end)
         )
         beat = await heartbeats.get(conn, schedule.schedule_id)
-    missing_times = list(planned.missing_times())
+    # Fires in flight are few (a run or two, the replays of a running backfill): split them
+    # off the missing times without a datetime per missing key.
+    running_seconds = {int(t.timestamp()) for t in running}
+    missing = planned.missing
     info = schedule.description.info
     return Audit(
         schedule_id=schedule.schedule_id,
@@ -105,8 +114,10 @@ async def audit(
         expected=planned.expected,
         committed=planned.done,
         committed_off_spec=in_window - planned.done,
-        in_flight=[t for t in missing_times if t in running],
-        missing=[t for t in missing_times if t not in running],
+        in_flight=FireTimes(s for s in missing if s in running_seconds),
+        missing=FireTimes(
+            missing if not running_seconds else (s for s in missing if s not in running_seconds)
+        ),
         actions_total=info.num_actions,
         skipped_overlap_total=info.num_actions_skipped_overlap,
         missed_catchup_window_total=info.num_actions_missed_catchup_window,
@@ -114,6 +125,18 @@ async def audit(
         lease_skips_total=beat["lease_skips"] if beat else 0,
         last_lease_skip=lease_skip_json(beat),
     )
+
+
+def _fire_time_of_key(schedule_id: str, key: str) -> datetime | None:
+    """The fire time `key` names if it is exactly a logical key of the schedule, else None."""
+    prefix = f"{schedule_id}@"
+    if not key.startswith(prefix):
+        return None
+    try:
+        fire_time = parse_fire_time(key[len(prefix) :])
+    except ValueError:
+        return None
+    return fire_time if logical_key(schedule_id, fire_time) == key else None
 
 
 async def running_fire_times(client: Client, schedule: ManagedSchedule) -> set[datetime]:

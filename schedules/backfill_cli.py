@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import asyncpg
     from temporalio.client import Client
 
+    from schedules.audit import Audit
     from schedules.backfill import ManagedSchedule, Plan
 
 backfill_app = typer.Typer(
@@ -72,19 +73,33 @@ def _window(start: str, end: str) -> Window:
 
 
 def plan_json(p: Plan) -> dict[str, Any]:
-    return p.counts_json() | {"missing_keys": p.missing_keys()}
+    """The plan's `--json` document; its key list is an iterator, formatted as it is written."""
+    return p.counts_json() | {"missing_keys": p.iter_missing_keys()}
 
 
 def _print_json(data: dict[str, Any]) -> None:
-    # A year's window can list tens of thousands of keys. Rich parses and highlights every JSON
-    # token, which took seconds for 25,600 keys (bench/backfill_plan.py); the same text written
-    # as is takes milliseconds.
-    out.file.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    # A year's window can list hundreds of thousands of keys: the document is written as it is
+    # formatted (schedules/json_stream.py), never held whole. Not through rich either, which
+    # parses and highlights every JSON token (seconds for 25,600 keys).
+    from schedules.json_stream import dump
+
+    dump(data, out.file.write)
+
+
+# Lines written per call: one write per key is slow, one string of every key is a year's text.
+_LINES_PER_WRITE = 4096
 
 
 def _print_lines(lines: Iterable[str]) -> None:
-    """Key lists, written as is: one rich `print` per key cost seconds on a year's window."""
-    out.file.write("".join(f"{line}\n" for line in lines))
+    """Key lists, written as is, a chunk at a time: one rich `print` per key cost seconds on a
+    year's window, and one joined string would hold every line at once."""
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(f"{line}\n")
+        if len(chunk) >= _LINES_PER_WRITE:
+            out.file.write("".join(chunk))
+            chunk.clear()
+    out.file.write("".join(chunk))
 
 
 def _print_plan(p: Plan, requested: Window, *, keys: bool) -> None:
@@ -94,7 +109,7 @@ def _print_plan(p: Plan, requested: Window, *, keys: bool) -> None:
         out.print("  (starts after the schedule's creation: no fire was due before it)")
     out.print(f"expected {p.expected}, done {p.done}, missing {len(p.missing)}")
     if keys:
-        _print_lines(f"  {key}" for key in p.missing_keys())
+        _print_lines(f"  {key}" for key in p.iter_missing_keys())
 
 
 @backfill_app.command("plan")
@@ -145,7 +160,6 @@ def backfill_run(
         from activities.contract import OVERLAP_LOCKED
         from schedules.backfill import plan
         from schedules.replay import FAILED
-        from schedules.run_ids import replay_workflow_id
 
         window = _window(start, end)
         async with _connected(schedule_id) as ctx:
@@ -153,7 +167,7 @@ def backfill_run(
             if not as_json:
                 _print_plan(p, window, keys=False)
             if dry_run:
-                _print_dry_run(p, as_json, replay_workflow_id)
+                _print_dry_run(p, as_json)
                 return 0
             if not p.missing:
                 if as_json:
@@ -184,16 +198,20 @@ def backfill_run(
         raise typer.Exit(code)
 
 
-def _print_dry_run(p: Plan, as_json: bool, workflow_id: Any) -> None:
-    pairs = [
-        (k, workflow_id(p.schedule_id, t))
-        for k, t in zip(p.missing_keys(), p.missing_times(), strict=True)
-    ]
+def _print_dry_run(p: Plan, as_json: bool) -> None:
+    from schedules.backfill import keys_of
+    from schedules.run_ids import REPLAY_INFIX
+
+    # `replay_workflow_id` of each key, formatted the fast way (the id is the key's time after
+    # the replay infix), one at a time.
+    workflow_ids = keys_of(p.schedule_id, p.missing, prefix=f"{p.schedule_id}{REPLAY_INFIX}")
     if as_json:
-        data = plan_json(p) | {"dry_run": True, "workflow_ids": [w for _, w in pairs]}
-        _print_json(data)
+        _print_json(plan_json(p) | {"dry_run": True, "workflow_ids": workflow_ids})
         return
-    _print_lines(f"  would replay {key} as {wid}" for key, wid in pairs)
+    _print_lines(
+        f"  would replay {key} as {wid}"
+        for key, wid in zip(p.iter_missing_keys(), workflow_ids, strict=True)
+    )
     out.print("dry run: nothing started")
 
 
@@ -268,39 +286,43 @@ def audit_command(
         window = make_window(parse_since(since, now=now), now, now=now)
         async with _connected(schedule_id) as ctx:
             result = await audit(ctx.client, ctx.pool, ctx.schedule, window)
-        data = result.as_json()
         if as_json:
-            _print_json(data)
+            _print_json(result.as_json())
             return
-        w, t = data["window"], data["temporal"]
-        out.print(f"{schedule_id}: window {w['start']} .. {w['end']}")
-        out.print(
-            f"should have run {data['expected']}: committed {data['committed']}, "
-            f"running {data['in_flight']}, missing {data['missing']}"
-        )
-        if data["committed_off_spec"]:
-            out.print(f"committed at other times (manual triggers): {data['committed_off_spec']}")
-        out.print(
-            f"Temporal, since the schedule was created: {t['actions_total']} actions, "
-            f"{t['skipped_overlap_total']} skipped (overlap), "
-            f"{t['missed_catchup_window_total']} missed (catchup window)"
-            + (", paused" if t["paused"] else "")
-        )
-        lease = data["lease"]
-        if lease["skipped_total"]:
-            last = lease["last_skip"]
-            out.print(
-                f"skipped at the lease (a shared lock's other holder, a stale holder): "
-                f"{lease['skipped_total']}, last {last['logical_key']} held by "
-                f"{last['holder'] or 'another run'}"
-            )
-        skipped = set(data["skipped_lease_keys"])
-        _print_lines(f"  running {key}" for key in data["in_flight_keys"])
-        _print_lines(
-            f"  skipped {key} (lease held by {data['lease']['last_skip']['holder']})"
-            if key in skipped
-            else f"  missing {key}"
-            for key in data["missing_keys"]
-        )
+        _print_audit(result)
 
     run_command(go)
+
+
+def _print_audit(result: Audit) -> None:
+    from activities.contract import logical_key
+
+    w, schedule_id = result.window.as_json(), result.schedule_id
+    out.print(f"{schedule_id}: window {w['start']} .. {w['end']}")
+    out.print(
+        f"should have run {result.expected}: committed {result.committed}, "
+        f"running {len(result.in_flight)}, missing {len(result.missing)}"
+    )
+    if result.committed_off_spec:
+        out.print(f"committed at other times (manual triggers): {result.committed_off_spec}")
+    out.print(
+        f"Temporal, since the schedule was created: {result.actions_total} actions, "
+        f"{result.skipped_overlap_total} skipped (overlap), "
+        f"{result.missed_catchup_window_total} missed (catchup window)"
+        + (", paused" if result.paused else "")
+    )
+    last = result.last_lease_skip
+    if result.lease_skips_total and last is not None:
+        out.print(
+            f"skipped at the lease (a shared lock's other holder, a stale holder): "
+            f"{result.lease_skips_total}, last {last['logical_key']} held by "
+            f"{last['holder'] or 'another run'}"
+        )
+    _print_lines(f"  running {key}" for key in result.in_flight.keys(schedule_id))
+    skipped = {logical_key(schedule_id, t) for t in result.lease_skipped}
+    _print_lines(
+        f"  skipped {key} (lease held by {last['holder'] if last else None})"
+        if key in skipped
+        else f"  missing {key}"
+        for key in result.missing.keys(schedule_id)
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -15,6 +16,7 @@ from activities.contract import logical_key
 from schedules.apply import apply_definitions
 from schedules.backfill import load_managed, matching_times, plan, plan_window
 from schedules.window import Window
+from store import outbox
 from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration
@@ -74,15 +76,7 @@ async def test_a_plan_over_several_pages_counts_done_and_missing_across_the_boun
     # Commits on both sides of each page boundary and at both ends of the window.
     done = [expected[i] for i in (0, 999, 1000, 1999, 2000, len(expected) - 1)]
     async with pool.acquire() as conn:
-        for seconds in done:
-            fire_time = datetime.fromtimestamp(seconds, UTC)
-            await conn.execute(
-                "INSERT INTO cronwarden.outbox (logical_key, schedule_id, fire_time, attempt, "
-                "fencing_token, worker, args_digest) VALUES ($1, $2, $3, 1, 1, 'test', 'x')",
-                logical_key(schedule_id, fire_time),
-                schedule_id,
-                fire_time,
-            )
+        await _commit(conn, schedule_id, done)
 
     result = await plan_window(client, pool, schedule_id, window)
 
@@ -100,3 +94,35 @@ async def test_a_plan_clamps_the_window_to_the_schedule_creation(
     assert result.window.empty
     assert (result.expected, result.done, len(result.missing)) == (0, 0, 0)
     assert result.window.start > schedule.created_at
+
+
+async def test_a_page_minus_the_outbox_leaves_out_records_at_other_times_of_its_span(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    page = [1_800_000_000 + 60 * i for i in range(5)]
+    # Two fires of the page committed; a manual trigger between two fires and a commit just
+    # after the page's span are records of the schedule that the page does not expect.
+    committed = [page[1], page[3], page[2] + 30, page[-1] + 60]
+    async with pool.acquire() as conn:
+        await _commit(conn, schedule_id, committed)
+        assert await outbox.missing_fire_times(conn, schedule_id, page) == [
+            page[0],
+            page[2],
+            page[4],
+        ]
+        assert await outbox.missing_fire_times(conn, schedule_id, page[1:2]) == []
+        assert await outbox.missing_fire_times(conn, f"{schedule_id}-other", page) == page
+        assert await outbox.missing_fire_times(conn, schedule_id, []) == []
+
+
+async def _commit(conn: Any, schedule_id: str, fire_times: list[int]) -> None:
+    """Outbox records of the schedule at these fire times (epoch seconds)."""
+    for seconds in fire_times:
+        fire_time = datetime.fromtimestamp(seconds, UTC)
+        await conn.execute(
+            "INSERT INTO cronwarden.outbox (logical_key, schedule_id, fire_time, attempt, "
+            "fencing_token, worker, args_digest) VALUES ($1, $2, $3, 1, 1, 'test', 'x')",
+            logical_key(schedule_id, fire_time),
+            schedule_id,
+            fire_time,
+        )

@@ -30,8 +30,18 @@ EXPECTED = {
     ],
     "backfill_plan": [
         "backfill plan, 1,440 keys, 1,370 done: in process",
-        "`cronwarden backfill plan --json`, 1,440 keys, 1,370 done: wall time",
-        "`cronwarden backfill plan --json`, 1,440 keys, 1,370 done: peak RSS",
+        *(
+            f"`cronwarden {command}`, 1,440 keys, 1,370 done: {figure}"
+            for command in (
+                "backfill plan --json",
+                "backfill run --dry-run",
+                "audit",
+                "audit --json",
+            )
+            for figure in ("wall time", "peak RSS")
+        ),
+        "`cronwarden backfill run --dry-run --json`, 1,440 keys, none done: wall time",
+        "`cronwarden backfill run --dry-run --json`, 1,440 keys, none done: peak RSS",
     ],
     "monitor_scan": [
         "monitor overdue query: 10,000 rows, 1.0% overdue (100)",
