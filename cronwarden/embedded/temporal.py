@@ -33,6 +33,13 @@ from cronwarden.logs import get_logger
 
 log = get_logger(__name__)
 
+SCHEDULER_START_RPS_KEY = "worker.schedulerNamespaceStartWorkflowRPS"
+"""Temporal's cap on how many workflows its schedules start per second in one namespace (default
+30): a fleet of schedules firing on the same second queues behind it, the 100th a good 3 s late.
+Production clusters need the same setting raised (docs/scale.md)."""
+SCHEDULER_START_RPS = 1000.0
+"""High enough that a same-second fleet starts at once: the dev server's own speed is the limit."""
+
 
 # --- Temporal -------------------------------------------------------------------------------------
 
@@ -88,6 +95,11 @@ class EmbeddedTemporal:
     @property
     def ui_url(self) -> str | None:
         return f"http://{self.host}:{self.ui_port}" if self.ui_port is not None else None
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's id while it runs."""
+        return self._proc.pid if self.running and self._proc is not None else None
 
     @property
     def running(self) -> bool:
@@ -185,6 +197,8 @@ class EmbeddedTemporal:
             str(free_port(self.host)),
             # No --log-level: start-dev already defaults to warn, and only while the flag is left
             # at its default does the CLI silence the burst of warnings it logs on shutdown.
+            "--dynamic-config-value",
+            f"{SCHEDULER_START_RPS_KEY}={SCHEDULER_START_RPS:g}",
         ]
         if self.namespace != "default":
             argv += ["--namespace", self.namespace]

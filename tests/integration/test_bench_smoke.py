@@ -60,6 +60,7 @@ EXPECTED = {
         "fires run (3 schedules every 10s for 20s)",
         "fire lag to job start, p50 / p99",
         "fire lag to activity start, p50 / p99",
+        "cronwarden's share: activity start to commit, p50 / p99",
         *(f"{phase}, p50 / p99" for phase, _, _ in PHASES),
     ],
 }

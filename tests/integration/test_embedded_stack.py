@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import subprocess
 import time
@@ -20,6 +21,8 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client
 
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
+from cronwarden.embedded.processes import cmdline
+from cronwarden.embedded.temporal import SCHEDULER_START_RPS, SCHEDULER_START_RPS_KEY
 from cronwarden.errors import CronwardenError, PortInUse
 
 pytestmark = pytest.mark.integration
@@ -103,6 +106,17 @@ async def test_temporal_answers_and_serves_the_default_namespace(
     assert info.server_version
     assert "default" in {ns.namespace_info.name for ns in namespaces.namespaces}
     assert temporal.ui_url is None
+
+
+def test_temporal_runs_with_the_raised_scheduler_start_rate(temporal: EmbeddedTemporal) -> None:
+    # At Temporal's default (30 starts/s per namespace) a fleet firing on one second queues:
+    # the running server's own argv, not the one we meant to pass, must carry the setting.
+    assert temporal.pid is not None
+    argv = cmdline(temporal.pid)
+    setting = f"{SCHEDULER_START_RPS_KEY}={SCHEDULER_START_RPS:g}"
+
+    assert ["--dynamic-config-value", setting] in [list(p) for p in itertools.pairwise(argv)]
+    assert SCHEDULER_START_RPS >= 1000
 
 
 async def test_temporal_with_a_db_file_keeps_a_namespace_across_a_restart(

@@ -91,6 +91,7 @@ def test_fire_lag_rows_judge_the_p99_and_count_missing_fires() -> None:
     lags = Lags(
         activity=[0.1] * 98 + [0.5, 2.0],
         job=[0.2] * 99 + [0.9],
+        own=[0.01] * 98 + [0.15, 0.2],
         expected=101,
         phases={"Temporal starts the workflow": [0.05] * 100},
     )
@@ -101,15 +102,23 @@ def test_fire_lag_rows_judge_the_p99_and_count_missing_fires() -> None:
     assert table["fire lag to job start, p50 / p99"].met is True
     assert table["fire lag to activity start, p50 / p99"].ours == "0.100s / 0.500s"
     assert table["  Temporal starts the workflow, p50 / p99"].met is None
+    own = table["cronwarden's share: activity start to commit, p50 / p99"]
+    assert own.ours == "0.010s / 0.150s"
+    assert own.goal == "p99 < 100ms"
+    assert own.met is False
     quick = rows(lags, schedules=10, seconds=100, quick=True)
     assert all(row.met is None for row in quick)
 
 
 def test_fire_lag_prints_the_same_rows_when_nothing_ran() -> None:
     ran = Lags(
-        activity=[0.1], job=[0.2], expected=1, phases={"Temporal starts the workflow": [0.05]}
+        activity=[0.1],
+        job=[0.2],
+        own=[0.05],
+        expected=1,
+        phases={"Temporal starts the workflow": [0.05]},
     )
-    nothing = Lags(activity=[], job=[], expected=3, phases={})
+    nothing = Lags(activity=[], job=[], own=[], expected=3, phases={})
     full = rows(ran, schedules=3, seconds=20, quick=False)
     empty = rows(nothing, schedules=3, seconds=20, quick=False)
     assert [row.metric for row in empty] == [row.metric for row in full]
@@ -117,4 +126,5 @@ def test_fire_lag_prints_the_same_rows_when_nothing_ran() -> None:
     assert by_metric["fire lag to job start, p50 / p99"].ours == "-"
     # No run at all misses the lag goal; the phases have no goal.
     assert by_metric["fire lag to job start, p50 / p99"].met is False
+    assert by_metric["cronwarden's share: activity start to commit, p50 / p99"].met is False
     assert by_metric["  activity waits for the worker, p50 / p99"].ours == "-"
