@@ -53,6 +53,11 @@ from store.runs import CommitOutcome, CommitRecord, commit_run
 # Temporal heartbeats go out this often while a run holds its lease; the workflow's heartbeat
 # timeout is a few times larger, so a dead worker is noticed in seconds, not at the timeout.
 TEMPORAL_HEARTBEAT_EVERY = 2.0
+# The first one only this long after the lease is taken: each heartbeat is a call to Temporal's
+# server, and a run done sooner (most are) needs none. Short enough that a run which heartbeat
+# while it waited for the lease (activities/lease.py) goes no longer without one than the SDK's
+# own throttle could make it (worker_runtime.py: 3 s).
+FIRST_TEMPORAL_HEARTBEAT_AFTER = 1.0
 # A job that keeps its transaction open this long after leaving `ctx.transaction()` gets a
 # warning: the commit waits for the job to return.
 SLOW_RETURN_WARNING_SECONDS = 1.0
@@ -600,6 +605,7 @@ def _timed_out(inp: GuardedRunInput) -> JobTimedOut:
 
 
 async def _heartbeat_temporal() -> None:
+    await asyncio.sleep(FIRST_TEMPORAL_HEARTBEAT_AFTER)
     while True:
         activity.heartbeat()
         await asyncio.sleep(TEMPORAL_HEARTBEAT_EVERY)

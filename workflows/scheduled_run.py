@@ -8,9 +8,7 @@ slot, which is what lets the outbox recognise it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
@@ -31,6 +29,9 @@ with workflow.unsafe.imports_passed_through():
         per_key_lock_name,
     )
 
+    # Re-exported: schedules, backfill and tests build it from here.
+    from workflows.run_input import ScheduledRunInput as ScheduledRunInput
+
 WORKFLOW_NAME = "ScheduledRunWorkflow"
 SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 # Heartbeats from a live activity come every 2 s: missing them this long means the worker died.
@@ -50,35 +51,6 @@ def run_retry_policy(max_attempts: int, non_retryable: Sequence[str] = ()) -> Re
         maximum_attempts=max_attempts,
         non_retryable_error_types=list(non_retryable),
     )
-
-
-@dataclass
-class ScheduledRunInput:
-    """The schedule's action argument: one object, so it can grow without breaking histories."""
-
-    schedule_id: str
-    job: str
-    args: dict[str, Any] = field(default_factory=dict)
-    args_digest: str = ""
-    definition_digest: str = ""
-    """The digest of the definition `schedules apply` wrote (also on the heartbeat row): the
-    worker's cache of next fire times is keyed by it."""
-    overlap: str = "skip"
-    lock_name: str = ""
-    lock_ttl_seconds: float = 60.0
-    timeout_seconds: float = 900.0
-    heartbeat_grace_seconds: float = 900.0
-    max_attempts: int = 3
-    fire_time: str | None = None
-    """Set by replays (backfill, tests): the nominal fire time to run. Scheduled fires leave it
-    empty and the workflow reads `TemporalScheduledStartTime`."""
-    replay: bool = False
-    """Set by `backfill run`: this run re-applies a past fire, it is not the schedule's live fire.
-    A live fire has priority over replays for the lease, and a replay's commit never moves the
-    live grid's heartbeat."""
-    lock_wait_seconds: float | None = None
-    """Set by `backfill run`: how long a replay may wait for the lease. Live fires wait at most
-    their timeout."""
 
 
 @workflow.defn(name=WORKFLOW_NAME)

@@ -24,6 +24,7 @@ EXPECTED = {
     "guard_overhead": [
         "guarded runs/s, no-op job (20 runs x 1 rounds, medians; "
         "ratio = median of the per-round ratios)",
+        "CPU of this process per run, ms (worker + client; ratio = bare / guarded)",
         "Postgres round trips per guarded run",
         "of which",
         "Temporal DescribeSchedule calls per guarded run (steady state, cached next fires)",
