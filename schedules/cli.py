@@ -111,7 +111,9 @@ def schedules_apply(
         registry = import_job_modules(settings.job_modules())
         definitions = load_schedule_file(file, registry)
         client = await temporal.connect(settings)
-        pool = None if dry_run else await create_pool(settings.dsn, max_size=2)
+        # Each concurrent write records its rows in a transaction of its own: a few
+        # connections keep them from queueing behind each other.
+        pool = None if dry_run else await create_pool(settings.dsn, max_size=4)
         try:
             changes = await apply_definitions(
                 client,
