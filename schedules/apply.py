@@ -35,10 +35,12 @@ from schedules.inventory import (
     NotManaged,
     ScheduleView,
     action_memo,
-    all_views,
+    describe_many,
     describe_or_none,
     is_managed,
     is_managed_or_refuse,
+    schedule_ids,
+    view,
 )
 from schedules.mapping import (
     DEFINITION_MEMO,
@@ -502,11 +504,11 @@ async def _managed_outside_file(
     (a later apply sees it).
     """
     in_file = {defn.id for defn in definitions}
-    return [
-        v
-        for v in await all_views(client)
-        if v.managed and v.schedule_id not in in_file and v.task_queue == task_queue
-    ]
+    # Only the schedules outside the file are described: re-applying a file of thousands with
+    # one new schedule must not describe the thousands again.
+    outside = [sid for sid in await schedule_ids(client) if sid not in in_file]
+    views = [await view(client, d) for d in await describe_many(client, outside) if d is not None]
+    return [v for v in views if v.managed and v.task_queue == task_queue]
 
 
 async def _prune(client: Client, pool: asyncpg.Pool | None, schedule_id: str) -> None:

@@ -91,3 +91,17 @@ async def history(conn: Any, schedule_id: str) -> list[tuple[datetime, str, dict
     """Every recorded definition of the schedule, oldest first."""
     rows = await conn.fetch(_HISTORY, schedule_id)
     return [(r["applied_at"], r["definition_digest"], dict(r["definition"])) for r in rows]
+
+
+# One row per schedule, its newest entry: `schedules list` and `status` read every managed
+# schedule's definition here instead of describing each schedule in Temporal.
+_LATEST_ALL = """
+SELECT DISTINCT ON (schedule_id) schedule_id, definition
+  FROM cronwarden.definition_history
+ ORDER BY schedule_id, applied_at DESC
+"""
+
+
+async def latest_all(conn: Any) -> dict[str, dict[str, Any]]:
+    """Schedule id -> the definition most recently recorded for it."""
+    return {r["schedule_id"]: dict(r["definition"]) for r in await conn.fetch(_LATEST_ALL)}
