@@ -79,7 +79,7 @@ UPDATE_ATTEMPTS = 5
 # workflow (start or signal) and a query: on the 2-core dev stack 8 in flight gave ~67 ms per
 # create, 32 gave ~46 ms, and more only queue at the server; a production frontend also
 # rate-limits a namespace's RPCs, which a burst of thousands would hit.
-WRITE_CONCURRENCY = 32
+WRITE_CONCURRENCY = 16
 
 
 class ScheduleBusy(CronwardenError):

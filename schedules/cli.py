@@ -197,7 +197,7 @@ def schedules_list(as_json: JsonOption = False) -> None:
         for v in views:
             table.add_row(
                 escape(v.schedule_id),
-                escape(v.job or "(unmanaged)"),
+                escape(v.job or ("-" if v.managed else "(unmanaged)")),
                 escape(v.spec),
                 v.overlap or "-",
                 escape(f"yes: {v.note}" if v.paused and v.note else "yes" if v.paused else "no"),

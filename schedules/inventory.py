@@ -283,17 +283,18 @@ async def listed_views(
     handful of calls for ten thousand schedules, where a describe each took minutes).
 
     `definitions`: the latest definition `apply` recorded for each schedule id. A managed
-    schedule without one (applied before definitions were recorded), or an entry the list
-    shows without its details (a server without advanced visibility), is described instead.
-    The list is eventually consistent: a schedule created or deleted a moment ago may be
-    missing or still listed.
+    schedule without one (another deployment's, sharing the namespace; or one applied before
+    definitions were recorded, until the next apply records it) shows Temporal's spec and no
+    job. Only an entry the list shows without its details (a server without advanced
+    visibility) is described. The list is eventually consistent: a schedule created or deleted
+    a moment ago may be missing or still listed.
     """
     found: list[ScheduleView | ListedView] = []
     to_describe: list[str] = []
     async for listed in await client.list_schedules():
         marker = await managed_marker(listed)
         definition = definitions.get(listed.id) if marker is True else None
-        if listed.schedule is None or listed.info is None or (marker and definition is None):
+        if listed.schedule is None or listed.info is None:
             to_describe.append(listed.id)
             continue
         state = listed.schedule.state
