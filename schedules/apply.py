@@ -7,6 +7,8 @@ schedule's action memo is compared first.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -80,6 +82,12 @@ UPDATE_ATTEMPTS = 5
 # create, 32 gave ~46 ms, and more only queue at the server; a production frontend also
 # rate-limits a namespace's RPCs, which a burst of thousands would hit.
 WRITE_CONCURRENCY = 16
+# Up to this many new schedules are described after their create; more are read from the list.
+DESCRIBE_AT_MOST = 20
+# How long the list may take to show new schedules with their first fires, and how often it is
+# read meanwhile.
+LIST_WAIT = 30.0
+LIST_POLL = 0.5
 
 
 class ScheduleBusy(CronwardenError):
@@ -294,15 +302,83 @@ async def apply_definitions(
         writing,
         limit=WRITE_CONCURRENCY,
     )
-    if any(o.error is not None for o in outcomes):
+    # The creates' rows are recorded together, even when another write failed: a schedule
+    # Temporal holds gets its rows whenever they can be written.
+    created = [o.value for o in outcomes if o.value is not None and o.value.applied_at]
+    recorded = await _record_created(client, pool, created, task_queue=task_queue)
+    if any(o.error is not None for o in outcomes) or any(r.error for r in recorded):
         # Nothing is pruned after a failed write: the file is not in force yet.
-        raise ApplyIncomplete.of(writing, outcomes)
-    written = {o.value.schedule_id: o.value for o in outcomes if o.value is not None}
+        raise ApplyIncomplete.of(writing, outcomes, recorded)
+    written = {o.value.change.schedule_id: o.value.change for o in outcomes if o.value}
     changes = [written.get(change.schedule_id, change) for _, change, _ in planned]
     for change in pruned:
         await _prune(client, pool, change.schedule_id)
         changes.append(change)
     return changes
+
+
+@dataclass
+class _Written:
+    """One schedule written to Temporal by this apply."""
+
+    defn: ScheduleDefinition
+    change: Change
+    applied_at: datetime | None = None
+    """For a create whose rows are still to record: a time at or before Temporal's create."""
+
+
+async def _record_created(
+    client: Client,
+    pool: asyncpg.Pool | None,
+    created: list[_Written],
+    *,
+    task_queue: str,
+) -> list[Outcome[None]]:
+    """Record the rows of the schedules just created, with Temporal's first fire of each; one
+    outcome per schedule (a failure stops the rest, which are then not recorded)."""
+    if not created:
+        return []
+    try:
+        fires = await first_fires(client, [w.defn.id for w in created])
+    except Exception as exc:
+        return [Outcome(started=True, error=exc) for _ in created]
+
+    async def record(w: _Written) -> None:
+        w.change.next_fire = fires.get(w.defn.id)
+        if pool is not None:
+            assert w.applied_at is not None
+            await _record(pool, w.defn, w.change, w.applied_at, task_queue=task_queue)
+        _log_change(w.change)
+
+    return await try_bounded(record, created, limit=WRITE_CONCURRENCY)
+
+
+async def first_fires(client: Client, schedule_ids: list[str]) -> dict[str, datetime | None]:
+    """Temporal's next fire of each schedule just created.
+
+    A describe after each create cost the server a query on every new scheduler workflow,
+    about as much again as the creates themselves; the schedule list (a few paged reads)
+    carries the same next fire times. The list is eventually consistent, and an entry may
+    show no fire until its scheduler ran once: it is read again until it shows them all, for
+    at most LIST_WAIT; the schedules it still lacks then (or a server without advanced
+    visibility) are described. A few creates are described at once: no wait for the list.
+    """
+    found: dict[str, datetime | None] = {}
+    wanted = set(schedule_ids)
+    if len(wanted) > DESCRIBE_AT_MOST:
+        deadline = time.monotonic() + LIST_WAIT
+        while True:
+            async for listed in await client.list_schedules():
+                if listed.id in wanted and listed.info and listed.info.next_action_times:
+                    found[listed.id] = listed.info.next_action_times[0]
+            if len(found) == len(wanted) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(LIST_POLL)
+    missing = sorted(wanted - set(found))
+    for sid, desc in zip(missing, await describe_many(client, missing), strict=True):
+        times = desc.info.next_action_times if desc is not None else []
+        found[sid] = times[0] if times else None
+    return found
 
 
 class ApplyIncomplete(CronwardenError):
@@ -347,13 +423,16 @@ class ApplyIncomplete(CronwardenError):
     def of(
         cls,
         writing: list[tuple[ScheduleDefinition, Change]],
-        outcomes: list[Outcome[Change]],
+        outcomes: list[Outcome[_Written]],
+        recorded: list[Outcome[None]],
     ) -> ApplyIncomplete:
         created: list[str] = []
         updated: list[str] = []
         unrecorded: list[tuple[str, BaseException]] = []
         failed: list[tuple[str, BaseException]] = []
         not_applied: list[str] = []
+        # The creates' records, in the order `_record_created` took them.
+        records = iter(recorded)
         for (defn, _), outcome in zip(writing, outcomes, strict=True):
             if not outcome.started:
                 not_applied.append(defn.id)
@@ -361,8 +440,15 @@ class ApplyIncomplete(CronwardenError):
                 unrecorded.append((defn.id, outcome.error.cause))
             elif outcome.error is not None:
                 failed.append((defn.id, outcome.error))
+            elif outcome.value is not None and outcome.value.applied_at is not None:
+                record = next(records)
+                if record.error is not None or not record.started:
+                    cause = record.error or RuntimeError("not recorded after an earlier failure")
+                    unrecorded.append((defn.id, cause))
+                else:
+                    created.append(defn.id)
             elif outcome.value is not None:
-                (created if outcome.value.action == CREATED else updated).append(defn.id)
+                (created if outcome.value.change.action == CREATED else updated).append(defn.id)
         return cls(
             created=created,
             updated=updated,
@@ -393,38 +479,40 @@ async def _write(
     change: Change,
     *,
     task_queue: str,
-) -> Change:
-    """Create or update one schedule, then record its definition and heartbeat rows."""
+) -> _Written:
+    """Create or update one schedule. An update's rows are recorded here; a create's are
+    recorded with the others' (`_record_created`), once the list shows their first fires."""
     schedule = to_temporal(defn, task_queue=task_queue)
-    written: ScheduleDescription | None = None
     if change.action == CREATED:
+        # Taken before the request, so at or before Temporal's create: no fire of the
+        # schedule comes before it, so the history judges every fire by this definition.
+        requested_at = datetime.now(UTC)
         try:
             await client.create_schedule(defn.id, schedule, memo={MANAGED_MEMO: {"managed": True}})
+            return _Written(defn, change, applied_at=requested_at)
         except ScheduleAlreadyRunningError:
             # Created by a concurrent apply since we looked: fall back to an update.
             change = Change(defn.id, UPDATED, ["(created concurrently)"])
-    if change.action == UPDATED:
-        written = await _update(client, defn, schedule, task_queue=task_queue)
+    written = await _update(client, defn, schedule, task_queue=task_queue)
     try:
-        if written is None:
-            # Temporal's own time for the create and its first fire: the create's answer
-            # carries neither.
-            written = await client.get_schedule_handle(defn.id).describe()
         next_times = written.info.next_action_times
         change.next_fire = next_times[0] if next_times else None
         if pool is not None:
-            await _record(pool, defn, change, written, task_queue=task_queue)
+            # Temporal's own time for the write: backfill and audit judge fires up to this
+            # second by the previous definition, later ones by this one.
+            applied_at = written.info.last_updated_at or written.info.created_at
+            await _record(pool, defn, change, applied_at, task_queue=task_queue)
     except Exception as exc:
         raise _NotRecorded(exc) from exc
     _log_change(change)
-    return change
+    return _Written(defn, change)
 
 
 async def _record(
     pool: asyncpg.Pool,
     defn: ScheduleDefinition,
     change: Change,
-    written: ScheduleDescription,
+    applied_at: datetime,
     *,
     task_queue: str,
 ) -> None:
@@ -443,12 +531,10 @@ async def _record(
                 definition=old_definition,
                 first_only=True,
             )
-        # Temporal's own time for the write: backfill and audit judge fires up to this second
-        # by the previous definition, later ones by this one.
         await definition_history.record(
             conn,
             schedule_id=defn.id,
-            applied_at=written.info.last_updated_at or written.info.created_at,
+            applied_at=applied_at,
             definition_digest=definition_digest(defn, task_queue=task_queue),
             definition=definition_json(defn, task_queue=task_queue),
         )
