@@ -49,6 +49,9 @@ async def test_a_second_apply_with_no_change_makes_zero_write_calls_to_temporal(
     assert [c.action for c in created] == [CREATED] * COUNT
     # The counter sees the writes: one create per schedule.
     assert first.writes == {"create_schedule": COUNT}
+    # Read once each, by the plan; their first fires (in the rows, checked against a describe
+    # below) come from the schedule list, not from a describe of each new schedule.
+    assert first["describe_schedule"] == COUNT, first
 
     # A heartbeat row gone missing (the database was set up after the schedules) comes back;
     # the rows that exist keep what they hold.
