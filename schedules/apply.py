@@ -467,6 +467,9 @@ class _NotRecorded(Exception):
 
 
 def _error_text(exc: BaseException) -> str:
+    # The wordings `run_command` gives these errors when they end a command on their own.
+    if isinstance(exc, asyncpg.UndefinedTableError):
+        return f"{exc}: the database is not migrated; run `cronwarden migrate`"
     if isinstance(exc, RPCError):
         return f"Temporal refused the request ({exc.status.name}): {exc.message}"
     return f"{type(exc).__name__}: {exc}"
