@@ -50,6 +50,7 @@ EXPECTED = {
         "30 schedules: first apply (1 run)",
         "30 schedules: apply again, no change (1 run)",
         "30 schedules: `schedules list --json` (1 run)",
+        "30 schedules: Temporal's ListSchedules alone, all pages (1 run)",
         "30 schedules: `status --json` (1 run)",
         "30 schedules: one monitor pass over their heartbeats",
         "`backfill plan` of one schedule (1 day, minutely) with 30 others",
