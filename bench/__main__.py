@@ -29,7 +29,7 @@ from store.pool import connect
 
 # The measurements, in the order. Each is `bench/<name>.py` with
 # `async def measure(stack: BenchStack, *, quick: bool) -> list[Row]`.
-MODULES = ("guard_overhead", "backfill_plan", "monitor_scan", "apply_scale", "fire_lag")
+MODULES = ("guard_overhead", "backfill_plan", "monitor_scan", "apply_scale", "scale", "fire_lag")
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 Measure = Callable[..., Awaitable[list[Row]]]

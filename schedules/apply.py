@@ -7,6 +7,8 @@ schedule's action memo is compared first.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,17 +30,19 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.contract import DIGEST_MEMO
 from cronwarden.errors import CronwardenError, InvalidInput
 from cronwarden.logs import get_logger
-from schedules.bounded import map_bounded
+from schedules.bounded import Outcome, map_bounded, try_bounded
 from schedules.duplicates import duplicates_of_existing
 from schedules.inventory import (
     DESCRIBE_CONCURRENCY,
     NotManaged,
     ScheduleView,
     action_memo,
-    all_views,
+    describe_many,
     describe_or_none,
     is_managed,
     is_managed_or_refuse,
+    schedule_ids,
+    view,
 )
 from schedules.mapping import (
     DEFINITION_MEMO,
@@ -59,13 +63,31 @@ UPDATED = "updated"
 UNCHANGED = "unchanged"
 DELETED = "deleted"
 
-__all__ = ["NotManaged", "apply_definitions", "describe_or_none", "is_managed"]
+__all__ = [
+    "ApplyIncomplete",
+    "NotManaged",
+    "apply_definitions",
+    "describe_or_none",
+    "is_managed",
+]
 
 
 # The fields the duplicate guard compares (schedules/duplicates.py).
 _DUPLICATE_FIELDS = {"job", "cron", "every", "args", "start_at", "end_at"}
 # Each attempt re-reads the schedule; a schedule still changing after this many is reported.
 UPDATE_ATTEMPTS = 5
+# Creates and updates in flight at once. One at a time, a thousand new schedules spent ~50 s on
+# round trips while the server idled between them. Each write costs the server a scheduler
+# workflow (start or signal) and a query: on the 2-core dev stack 8 in flight gave ~67 ms per
+# create, 32 gave ~46 ms, and more only queue at the server; a production frontend also
+# rate-limits a namespace's RPCs, which a burst of thousands would hit.
+WRITE_CONCURRENCY = 16
+# Up to this many new schedules are described after their create; more are read from the list.
+DESCRIBE_AT_MOST = 20
+# How long the list may take to show new schedules with their first fires, and how often it is
+# read meanwhile.
+LIST_WAIT = 30.0
+LIST_POLL = 0.5
 
 
 class ScheduleBusy(CronwardenError):
@@ -164,8 +186,10 @@ async def send_update(client: Client, desc: ScheduleDescription, schedule: Sched
 
 async def _update(
     client: Client, defn: ScheduleDefinition, schedule: Schedule, *, task_queue: str
-) -> None:
-    """Update until Temporal holds our definition, each attempt against a fresh description."""
+) -> ScheduleDescription:
+    """Update until Temporal holds our definition, each attempt against a fresh description;
+    returns the description that shows it held (the apply's record reads Temporal's time and
+    next fire from it, with no describe of its own)."""
     handle = client.get_schedule_handle(defn.id)
     decide = _updater(client, defn, schedule, task_queue=task_queue)
     digest = definition_digest(defn, task_queue=task_queue)
@@ -173,7 +197,7 @@ async def _update(
         desc = await handle.describe()
         update = await decide(ScheduleUpdateInput(description=desc))
         if update is None:
-            return
+            return desc
         try:
             await send_update(client, desc, update.schedule)
         except RPCError as exc:
@@ -183,8 +207,9 @@ async def _update(
             if exc.status != RPCStatusCode.FAILED_PRECONDITION:
                 raise
             continue
-        if (await action_memo(client, await handle.describe())).get(DIGEST_MEMO) == digest:
-            return
+        written = await handle.describe()
+        if (await action_memo(client, written)).get(DIGEST_MEMO) == digest:
+            return written
     raise ScheduleBusy(
         f"schedule '{defn.id}' kept changing while apply updated it ({UPDATE_ATTEMPTS} "
         "attempts); nothing of it was overwritten: run apply again"
@@ -238,11 +263,13 @@ async def apply_definitions(
         next_times = desc.info.next_action_times
         change.next_fire = next_times[0] if next_times else None
     if pool is not None and unchanged:
-        # Its heartbeat row is only created if missing (a schedule applied before its database
-        # was set up): the last success and the deadline a row holds stay. This runs before
-        # any write to Temporal below, so a write that then fails leaves these rows in place:
-        # harmless, they describe schedules that exist unchanged, and a rerun inserts nothing.
-        async with pool.acquire() as conn:
+        # Rows a schedule found unchanged lacks are created: its heartbeat row only if missing
+        # (the last success and the deadline a row holds stay), its definition only if it is
+        # not already the latest recorded (a schedule applied before its database was set up,
+        # or an apply stopped between a write and its rows). This runs before any write to
+        # Temporal below, so a write that then fails leaves these rows in place: harmless, they
+        # describe schedules that exist unchanged, and a rerun inserts nothing.
+        async with pool.acquire() as conn, conn.transaction():
             await heartbeats.expect_all_if_missing(
                 conn,
                 [
@@ -255,69 +282,276 @@ async def apply_definitions(
                     for d, c, _ in unchanged
                 ],
             )
-    changes: list[Change] = []
-    for defn, change, _ in planned:
-        if change.action == UNCHANGED:
-            _log_change(change)
-            changes.append(change)
-            continue
-        schedule = to_temporal(defn, task_queue=task_queue)
-        handle = client.get_schedule_handle(defn.id)
-        if change.action == CREATED:
-            try:
-                await client.create_schedule(
-                    defn.id, schedule, memo={MANAGED_MEMO: {"managed": True}}
-                )
-            except ScheduleAlreadyRunningError:
-                # Created by a concurrent apply since we looked: fall back to an update.
-                change = Change(defn.id, UPDATED, ["(created concurrently)"])
-        if change.action == UPDATED:
-            await _update(client, defn, schedule, task_queue=task_queue)
-        written = await handle.describe()
-        next_times = written.info.next_action_times
-        change.next_fire = next_times[0] if next_times else None
-        if pool is not None:
-            async with pool.acquire() as conn, conn.transaction():
-                if change.replaced is not None:
-                    # A schedule applied before definitions were recorded: its previous
-                    # definition is in the memo, and it held since creation as far as anyone
-                    # can tell. Without it, the part of a window before this update would be
-                    # judged by the new spec.
-                    created_at, old_digest, old_definition = change.replaced
-                    await definition_history.record(
-                        conn,
-                        schedule_id=defn.id,
-                        applied_at=created_at,
-                        definition_digest=old_digest,
-                        definition=old_definition,
-                        first_only=True,
+            await definition_history.record_if_not_latest(
+                conn,
+                [
+                    (
+                        d.id,
+                        desc.info.last_updated_at or desc.info.created_at,
+                        definition_digest(d, task_queue=task_queue),
+                        definition_json(d, task_queue=task_queue),
                     )
-                # Temporal's own time for the write: backfill and audit judge fires up to
-                # this second by the previous definition, later ones by this one.
-                await definition_history.record(
-                    conn,
-                    schedule_id=defn.id,
-                    applied_at=written.info.last_updated_at or written.info.created_at,
-                    definition_digest=definition_digest(defn, task_queue=task_queue),
-                    definition=definition_json(defn, task_queue=task_queue),
-                )
-                await heartbeats.expect(
-                    conn,
-                    schedule_id=defn.id,
-                    next_expected_at=change.next_fire,
-                    grace=defn.heartbeat_grace,
-                    definition_digest=definition_digest(defn, task_queue=task_queue),
-                )
-                if change.action == CREATED:
-                    # Temporal creates it unpaused: a pause recorded for an earlier schedule of
-                    # this id (deleted outside cronwarden) must not keep the monitor silent.
-                    await heartbeats.forget_pause(conn, defn.id)
+                    for d, _, desc in unchanged
+                ],
+            )
+    for _, change, _ in unchanged:
         _log_change(change)
-        changes.append(change)
+    writing = [(defn, change) for defn, change, _ in planned if change.action != UNCHANGED]
+    outcomes = await try_bounded(
+        lambda pair: _write(client, pool, pair[0], pair[1], task_queue=task_queue),
+        writing,
+        limit=WRITE_CONCURRENCY,
+    )
+    # The creates' rows are recorded together, even when another write failed: a schedule
+    # Temporal holds gets its rows whenever they can be written.
+    created = [o.value for o in outcomes if o.value is not None and o.value.applied_at]
+    recorded = await _record_created(client, pool, created, task_queue=task_queue)
+    if any(o.error is not None for o in outcomes) or any(r.error for r in recorded):
+        # Nothing is pruned after a failed write: the file is not in force yet.
+        raise ApplyIncomplete.of(writing, outcomes, recorded)
+    written = {o.value.change.schedule_id: o.value.change for o in outcomes if o.value}
+    changes = [written.get(change.schedule_id, change) for _, change, _ in planned]
     for change in pruned:
         await _prune(client, pool, change.schedule_id)
         changes.append(change)
     return changes
+
+
+@dataclass
+class _Written:
+    """One schedule written to Temporal by this apply."""
+
+    defn: ScheduleDefinition
+    change: Change
+    applied_at: datetime | None = None
+    """For a create whose rows are still to record: a time at or before Temporal's create."""
+
+
+async def _record_created(
+    client: Client,
+    pool: asyncpg.Pool | None,
+    created: list[_Written],
+    *,
+    task_queue: str,
+) -> list[Outcome[None]]:
+    """Record the rows of the schedules just created, with Temporal's first fire of each; one
+    outcome per schedule (a failure stops the rest, which are then not recorded)."""
+    if not created:
+        return []
+    try:
+        fires = await first_fires(client, [w.defn.id for w in created])
+    except Exception as exc:
+        return [Outcome(started=True, error=exc) for _ in created]
+
+    async def record(w: _Written) -> None:
+        w.change.next_fire = fires.get(w.defn.id)
+        if pool is not None:
+            assert w.applied_at is not None
+            await _record(pool, w.defn, w.change, w.applied_at, task_queue=task_queue)
+        _log_change(w.change)
+
+    return await try_bounded(record, created, limit=WRITE_CONCURRENCY)
+
+
+async def first_fires(client: Client, schedule_ids: list[str]) -> dict[str, datetime | None]:
+    """Temporal's next fire of each schedule just created.
+
+    A describe after each create cost the server a query on every new scheduler workflow,
+    about as much again as the creates themselves; the schedule list (a few paged reads)
+    carries the same next fire times. The list is eventually consistent, and an entry may
+    show no fire until its scheduler ran once: it is read again until it shows them all, for
+    at most LIST_WAIT; the schedules it still lacks then (or a server without advanced
+    visibility) are described. A few creates are described at once: no wait for the list.
+    """
+    found: dict[str, datetime | None] = {}
+    wanted = set(schedule_ids)
+    if len(wanted) > DESCRIBE_AT_MOST:
+        deadline = time.monotonic() + LIST_WAIT
+        while True:
+            async for listed in await client.list_schedules():
+                if listed.id in wanted and listed.info and listed.info.next_action_times:
+                    found[listed.id] = listed.info.next_action_times[0]
+            if len(found) == len(wanted) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(LIST_POLL)
+    missing = sorted(wanted - set(found))
+    for sid, desc in zip(missing, await describe_many(client, missing), strict=True):
+        times = desc.info.next_action_times if desc is not None else []
+        found[sid] = times[0] if times else None
+    return found
+
+
+class ApplyIncomplete(CronwardenError):
+    """A write failed midway. Names exactly which schedules were written (and recorded), which
+    were written to Temporal without their database rows, which failed and which were never
+    tried; the same apply again converges (the written ones come back unchanged, and get the
+    rows they miss)."""
+
+    def __init__(
+        self,
+        *,
+        created: list[str],
+        updated: list[str],
+        unrecorded: list[tuple[str, BaseException]],
+        failed: list[tuple[str, BaseException]],
+        not_applied: list[str],
+    ) -> None:
+        self.created = created
+        self.updated = updated
+        self.unrecorded = [sid for sid, _ in unrecorded]
+        self.failed = [sid for sid, _ in failed]
+        self.not_applied = not_applied
+        lines = ["apply stopped at an error; run the same command again to finish it:"]
+        if created:
+            lines.append(f"  created ({len(created)}): {', '.join(created)}")
+        if updated:
+            lines.append(f"  updated ({len(updated)}): {', '.join(updated)}")
+        for sid, exc in unrecorded:
+            lines.append(
+                f"  written to Temporal, heartbeat and definition rows not recorded: {sid} "
+                f"({_error_text(exc)})"
+            )
+        for sid, exc in failed:
+            lines.append(f"  failed: {sid} ({_error_text(exc)})")
+        if not_applied:
+            lines.append(
+                f"  not applied, nothing written ({len(not_applied)}): {', '.join(not_applied)}"
+            )
+        super().__init__("\n".join(lines))
+
+    @classmethod
+    def of(
+        cls,
+        writing: list[tuple[ScheduleDefinition, Change]],
+        outcomes: list[Outcome[_Written]],
+        recorded: list[Outcome[None]],
+    ) -> ApplyIncomplete:
+        created: list[str] = []
+        updated: list[str] = []
+        unrecorded: list[tuple[str, BaseException]] = []
+        failed: list[tuple[str, BaseException]] = []
+        not_applied: list[str] = []
+        # The creates' records, in the order `_record_created` took them.
+        records = iter(recorded)
+        for (defn, _), outcome in zip(writing, outcomes, strict=True):
+            if not outcome.started:
+                not_applied.append(defn.id)
+            elif isinstance(outcome.error, _NotRecorded):
+                unrecorded.append((defn.id, outcome.error.cause))
+            elif outcome.error is not None:
+                failed.append((defn.id, outcome.error))
+            elif outcome.value is not None and outcome.value.applied_at is not None:
+                record = next(records)
+                if record.error is not None or not record.started:
+                    cause = record.error or RuntimeError("not recorded after an earlier failure")
+                    unrecorded.append((defn.id, cause))
+                else:
+                    created.append(defn.id)
+            elif outcome.value is not None:
+                (created if outcome.value.change.action == CREATED else updated).append(defn.id)
+        return cls(
+            created=created,
+            updated=updated,
+            unrecorded=unrecorded,
+            failed=failed,
+            not_applied=not_applied,
+        )
+
+
+class _NotRecorded(Exception):
+    """The schedule is written to Temporal; what failed came after (its rows, its describe)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _error_text(exc: BaseException) -> str:
+    # The wordings `run_command` gives these errors when they end a command on their own.
+    if isinstance(exc, asyncpg.UndefinedTableError):
+        return f"{exc}: the database is not migrated; run `cronwarden migrate`"
+    if isinstance(exc, RPCError):
+        return f"Temporal refused the request ({exc.status.name}): {exc.message}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _write(
+    client: Client,
+    pool: asyncpg.Pool | None,
+    defn: ScheduleDefinition,
+    change: Change,
+    *,
+    task_queue: str,
+) -> _Written:
+    """Create or update one schedule. An update's rows are recorded here; a create's are
+    recorded with the others' (`_record_created`), once the list shows their first fires."""
+    schedule = to_temporal(defn, task_queue=task_queue)
+    if change.action == CREATED:
+        # Taken before the request, so at or before Temporal's create: no fire of the
+        # schedule comes before it, so the history judges every fire by this definition.
+        requested_at = datetime.now(UTC)
+        try:
+            await client.create_schedule(defn.id, schedule, memo={MANAGED_MEMO: {"managed": True}})
+            return _Written(defn, change, applied_at=requested_at)
+        except ScheduleAlreadyRunningError:
+            # Created by a concurrent apply since we looked: fall back to an update.
+            change = Change(defn.id, UPDATED, ["(created concurrently)"])
+    written = await _update(client, defn, schedule, task_queue=task_queue)
+    try:
+        next_times = written.info.next_action_times
+        change.next_fire = next_times[0] if next_times else None
+        if pool is not None:
+            # Temporal's own time for the write: backfill and audit judge fires up to this
+            # second by the previous definition, later ones by this one.
+            applied_at = written.info.last_updated_at or written.info.created_at
+            await _record(pool, defn, change, applied_at, task_queue=task_queue)
+    except Exception as exc:
+        raise _NotRecorded(exc) from exc
+    _log_change(change)
+    return _Written(defn, change)
+
+
+async def _record(
+    pool: asyncpg.Pool,
+    defn: ScheduleDefinition,
+    change: Change,
+    applied_at: datetime,
+    *,
+    task_queue: str,
+) -> None:
+    """The definition history and heartbeat rows of one written schedule, in one transaction."""
+    async with pool.acquire() as conn, conn.transaction():
+        if change.replaced is not None:
+            # A schedule applied before definitions were recorded: its previous definition is
+            # in the memo, and it held since creation as far as anyone can tell. Without it,
+            # the part of a window before this update would be judged by the new spec.
+            created_at, old_digest, old_definition = change.replaced
+            await definition_history.record(
+                conn,
+                schedule_id=defn.id,
+                applied_at=created_at,
+                definition_digest=old_digest,
+                definition=old_definition,
+                first_only=True,
+            )
+        await definition_history.record(
+            conn,
+            schedule_id=defn.id,
+            applied_at=applied_at,
+            definition_digest=definition_digest(defn, task_queue=task_queue),
+            definition=definition_json(defn, task_queue=task_queue),
+        )
+        await heartbeats.expect(
+            conn,
+            schedule_id=defn.id,
+            next_expected_at=change.next_fire,
+            grace=defn.heartbeat_grace,
+            definition_digest=definition_digest(defn, task_queue=task_queue),
+        )
+        if change.action == CREATED:
+            # Temporal creates it unpaused: a pause recorded for an earlier schedule of this
+            # id (deleted outside cronwarden) must not keep the monitor silent.
+            await heartbeats.forget_pause(conn, defn.id)
 
 
 async def _preview(
@@ -359,11 +593,11 @@ async def _managed_outside_file(
     (a later apply sees it).
     """
     in_file = {defn.id for defn in definitions}
-    return [
-        v
-        for v in await all_views(client)
-        if v.managed and v.schedule_id not in in_file and v.task_queue == task_queue
-    ]
+    # Only the schedules outside the file are described: re-applying a file of thousands with
+    # one new schedule must not describe the thousands again.
+    outside = [sid for sid in await schedule_ids(client) if sid not in in_file]
+    views = [await view(client, d) for d in await describe_many(client, outside) if d is not None]
+    return [v for v in views if v.managed and v.task_queue == task_queue]
 
 
 async def _prune(client: Client, pool: asyncpg.Pool | None, schedule_id: str) -> None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from schedules.apply import Change
-    from schedules.inventory import ScheduleView
+    from schedules.inventory import ListedView, ScheduleView
     from schedules.status import StatusRow
 
 schedules_app = typer.Typer(help="Register, inspect and operate schedules.", no_args_is_help=True)
@@ -111,7 +111,9 @@ def schedules_apply(
         registry = import_job_modules(settings.job_modules())
         definitions = load_schedule_file(file, registry)
         client = await temporal.connect(settings)
-        pool = None if dry_run else await create_pool(settings.dsn, max_size=2)
+        # Each concurrent write records its rows in a transaction of its own: a few
+        # connections keep them from queueing behind each other.
+        pool = None if dry_run else await create_pool(settings.dsn, max_size=4)
         try:
             changes = await apply_definitions(
                 client,
@@ -160,7 +162,7 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
         out.print("nothing to change" if changes else "the file lists no schedules")
 
 
-def _view_json(v: ScheduleView) -> dict[str, Any]:
+def _view_json(v: ScheduleView | ListedView) -> dict[str, Any]:
     return {
         "schedule_id": v.schedule_id,
         "managed": v.managed,
@@ -178,10 +180,13 @@ def schedules_list(as_json: JsonOption = False) -> None:
     """Every schedule of the namespace; those cronwarden did not create are marked unmanaged."""
 
     async def go() -> None:
-        from schedules.inventory import all_views
+        from schedules.inventory import listed_views
+        from store import definitions
 
-        async with _temporal() as client:
-            views = await all_views(client)
+        async with _temporal_and_db() as (client, pool):
+            async with pool.acquire() as conn:
+                recorded = await definitions.latest_all(conn)
+            views = await listed_views(client, recorded)
         if as_json:
             emit_json({"schedules": [_view_json(v) for v in views]})
             return
@@ -192,9 +197,9 @@ def schedules_list(as_json: JsonOption = False) -> None:
         for v in views:
             table.add_row(
                 escape(v.schedule_id),
-                escape(v.job or "(unmanaged)"),
+                escape(v.job or ("-" if v.managed else "(unmanaged)")),
                 escape(v.spec),
-                v.overlap,
+                v.overlap or "-",
                 escape(f"yes: {v.note}" if v.paused and v.note else "yes" if v.paused else "no"),
                 _iso(v.next_fire_times[0]) if v.next_fire_times else "-",
             )
@@ -469,24 +474,17 @@ def status_command(
     """One table of every schedule: pause, last success, next expected fire and health."""
 
     async def go() -> None:
-        from schedules.inventory import all_views, describe_or_none, view
-        from schedules.status import build_rows, dead_letter_json, incident_json
-        from store import heartbeats, incidents, notifications
+        from schedules.status import build_rows, dead_letter_json, incident_json, read_views
+        from store import definitions, heartbeats, incidents, notifications
 
         zone = _zone(tz)
         async with _temporal_and_db() as (client, pool):
-            views = await all_views(client)
             async with pool.acquire() as conn:
                 beats = await heartbeats.all_rows(conn)
+                recorded = await definitions.latest_all(conn)
                 open_incidents = await incidents.open_incidents(conn)
                 dead = await notifications.dead_letters(conn)
-            listed = {v.schedule_id for v in views}
-            # Temporal's list lags behind a create: look up a heartbeat's schedule directly
-            # before calling it gone.
-            for sid in sorted(set(beats) - listed):
-                desc = await describe_or_none(client, sid)
-                if desc is not None:
-                    views.append(await view(client, desc))
+            views = await read_views(client, beats, recorded, now=datetime.now(UTC))
         now = datetime.now(UTC)
         by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}
         system = [i for i in open_incidents if i["schedule_id"] is None]
@@ -552,8 +550,7 @@ def _print_status(
             f"[{style}]{r.health}[/]" if style else r.health,
             escape(incident_text(r)),
             escape(_clip(r.last_error or "-", 50)),
-            f"{r.skipped_overlap} / {r.missed_catchup}"
-            + (f" (+{r.lease_skips} at the lease)" if r.lease_skips else ""),
+            _counters_text(r) + (f" (+{r.lease_skips} at the lease)" if r.lease_skips else ""),
         )
     out.print(f"cronwarden status at {display_time(now, zone)}")
     if system_incident is not None:
@@ -567,6 +564,12 @@ def _print_status(
         out.print(f"[bold red]{len(dead)} notification(s) could not be delivered[/] (last 7 days):")
         for d in dead[:10]:
             out.print(f"  {escape(dead_letter_text(d, zone))}")
+
+
+def _counters_text(row: StatusRow) -> str:
+    if row.skipped_overlap is None or row.missed_catchup is None:
+        return "-"  # not read: a healthy schedule is not described (`schedules describe ID`)
+    return f"{row.skipped_overlap} / {row.missed_catchup}"
 
 
 def _clip(text: str, limit: int) -> str:

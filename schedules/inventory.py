@@ -6,7 +6,7 @@ creation). Everything else is listed as unmanaged and never changed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,6 +17,7 @@ from temporalio.client import (
     ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
     ScheduleDescription,
+    ScheduleListDescription,
     ScheduleOverlapPolicy,
     ScheduleSpec,
 )
@@ -97,13 +98,19 @@ class ScheduleView:
         return self.paused and (self.note or "").startswith(ORPHAN_NOTE_PREFIX)
 
 
-async def managed_marker(desc: ScheduleDescription) -> bool | None:
+async def managed_marker(desc: ScheduleDescription | ScheduleListDescription) -> bool | None:
     """Whether `apply` created the schedule; None when its marker cannot be decoded.
 
     Only our own key is decoded: another team's memo keys may use an encoding (their codec)
-    that this process cannot read, and must not make listing fail.
+    that this process cannot read, and must not make listing fail. A listed schedule carries
+    the same schedule-level memo as a described one.
     """
-    if MANAGED_MEMO not in desc.raw_description.memo.fields:
+    memo = (
+        desc.raw_entry.memo
+        if isinstance(desc, ScheduleListDescription)
+        else desc.raw_description.memo
+    )
+    if MANAGED_MEMO not in memo.fields:
         return False
     try:
         value = await desc.memo_value(MANAGED_MEMO)
@@ -215,13 +222,6 @@ async def view(client: Client, desc: ScheduleDescription) -> ScheduleView:
     )
 
 
-async def all_views(client: Client) -> list[ScheduleView]:
-    """Every schedule of the namespace, described, in id order."""
-    described = await describe_many(client, await schedule_ids(client))
-    # A schedule deleted between the list and its describe is simply gone.
-    return [await view(client, d) for d in described if d is not None]
-
-
 async def get_view(client: Client, schedule_id: str) -> ScheduleView:
     """The schedule `schedule_id`; NoSuchSchedule lists the ids that do exist."""
     desc = await describe_or_none(client, schedule_id)
@@ -241,6 +241,85 @@ async def get_managed(client: Client, schedule_id: str) -> ScheduleView:
             "(manage it with the tool that created it)"
         )
     return found
+
+
+@dataclass
+class ListedView:
+    """One schedule as Temporal's schedule list shows it: no describe per schedule.
+
+    The list carries the spec, the pause and its note, and the next fire times, not the action
+    memo nor the policies nor the counters: a managed schedule's definition (job, overlap, the
+    spec as the file writes it) comes from the definitions `apply` recorded in Postgres, and
+    what only a describe knows is None ("not read"). `schedules describe ID` shows all of it.
+    """
+
+    schedule_id: str
+    managed: bool
+    definition: dict[str, Any] | None
+    spec: str
+    overlap: str | None
+    paused: bool
+    note: str | None
+    next_fire_times: list[datetime]
+    memo_unreadable: bool = False
+    running: list[str] | None = None
+    skipped_overlap: int | None = None
+    missed_catchup: int | None = None
+
+    @property
+    def job(self) -> str | None:
+        job = (self.definition or {}).get("job")
+        return job if isinstance(job, str) else None
+
+    @property
+    def orphaned(self) -> bool:
+        return self.paused and (self.note or "").startswith(ORPHAN_NOTE_PREFIX)
+
+
+async def listed_views(
+    client: Client, definitions: Mapping[str, dict[str, Any]]
+) -> list[ScheduleView | ListedView]:
+    """Every schedule of the namespace, in id order, from Temporal's paged schedule list (a
+    handful of calls for ten thousand schedules, where a describe each took minutes).
+
+    `definitions`: the latest definition `apply` recorded for each schedule id. A managed
+    schedule without one (another deployment's, sharing the namespace; or one applied before
+    definitions were recorded, until the next apply records it) shows Temporal's spec and no
+    job. Only an entry the list shows without its details (a server without advanced
+    visibility) is described. The list is eventually consistent: a schedule created or deleted
+    a moment ago may be missing or still listed.
+    """
+    found: list[ScheduleView | ListedView] = []
+    to_describe: list[str] = []
+    async for listed in await client.list_schedules():
+        marker = await managed_marker(listed)
+        definition = definitions.get(listed.id) if marker is True else None
+        if listed.schedule is None or listed.info is None:
+            to_describe.append(listed.id)
+            continue
+        state = listed.schedule.state
+        found.append(
+            ListedView(
+                schedule_id=listed.id,
+                managed=marker is True,
+                definition=definition,
+                spec=spec_text(definition, listed.schedule.spec),
+                overlap=_definition_text(definition, "overlap"),
+                paused=state.paused,
+                note=state.note or None,
+                next_fire_times=list(listed.info.next_action_times),
+                memo_unreadable=marker is None,
+            )
+        )
+    for desc in await describe_many(client, to_describe):
+        if desc is not None:
+            found.append(await view(client, desc))
+    return sorted(found, key=lambda v: v.schedule_id)
+
+
+def _definition_text(definition: dict[str, Any] | None, key: str) -> str | None:
+    value = (definition or {}).get(key)
+    return value if isinstance(value, str) else None
 
 
 async def no_such_schedule(client: Client, schedule_id: str) -> NoSuchSchedule:

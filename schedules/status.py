@@ -11,16 +11,26 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+from temporalio.client import Client
+
 from activities.contract import ORPHAN_NOTE_PREFIX
 from schedules.health import (
+    LATE,
     OPERATOR,
     OPERATOR_NOTE,
+    OVERDUE,
     derive_health,
     format_age,
     held_by_operator,
     paused_by,
 )
-from schedules.inventory import ScheduleView
+from schedules.inventory import (
+    ListedView,
+    ScheduleView,
+    describe_many,
+    listed_views,
+)
+from schedules.inventory import view as view_of
 from store.heartbeats import lifted_deadline
 
 
@@ -45,8 +55,10 @@ class StatusRow:
     next_expected_at: datetime | None
     health: str
     last_error: str | None
-    skipped_overlap: int
-    missed_catchup: int
+    skipped_overlap: int | None
+    """Temporal's counters: None when not read (only a described schedule carries them, see
+    `read_views`)."""
+    missed_catchup: int | None
     now: datetime
     lease_skips: int = 0
     """Live fires that ended `overlap-locked` at the lease (a shared lock's other holder, a
@@ -125,8 +137,43 @@ def lease_skip_text(count: int, last: dict[str, Any] | None) -> str:
     )
 
 
+AnyView = ScheduleView | ListedView
+
+
+async def read_views(
+    client: Client,
+    beats: dict[str, dict[str, Any]],
+    definitions: dict[str, dict[str, Any]],
+    *,
+    now: datetime,
+) -> list[AnyView]:
+    """The schedules `status` shows, without a describe per schedule.
+
+    Temporal's schedule list (a few paged calls) and the definitions `apply` recorded give every
+    row. Only the schedules whose row the list cannot settle are described: a heartbeat's
+    schedule the list does not show (the list lags behind a create: looked up directly before
+    calling it gone), and a late or overdue one (a run still going makes it `running`, not
+    late, and its counters say what Temporal skipped or missed). Healthy rows show no counters.
+    """
+    views: list[AnyView] = list(await listed_views(client, definitions))
+    rows = build_rows(views, beats, now=now)
+    listed = {v.schedule_id for v in views}
+    unsettled = (set(beats) - listed) | {
+        r.schedule_id for r in rows if r.in_temporal and r.health in (LATE, OVERDUE)
+    }
+    if not unsettled:
+        return views
+    described = {
+        d.id: await view_of(client, d)
+        for d in await describe_many(client, sorted(unsettled))
+        if d is not None
+    }
+    kept = [described.pop(v.schedule_id, v) for v in views]
+    return sorted([*kept, *described.values()], key=lambda v: v.schedule_id)
+
+
 def build_rows(
-    views: list[ScheduleView],
+    views: list[AnyView],
     beats: dict[str, dict[str, Any]],
     *,
     now: datetime,
@@ -140,7 +187,7 @@ def build_rows(
     return sorted(rows, key=lambda r: r.schedule_id)
 
 
-def _row(view: ScheduleView, beat: dict[str, Any] | None, *, now: datetime) -> StatusRow:
+def _row(view: AnyView, beat: dict[str, Any] | None, *, now: datetime) -> StatusRow:
     recorded = bool(beat and beat["paused"])
     # The row's pause silences the schedule only while Temporal really holds that pause (the
     # monitor judges it the same way, `monitor.pauses`).

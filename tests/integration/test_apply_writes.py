@@ -5,17 +5,20 @@ change writes only the schedule that changed."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import asyncpg
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from bench.apply_scale import definitions
 from bench.rpc_calls import counting_rpcs
 from cronwarden.embedded import EmbeddedTemporal
-from schedules.apply import CREATED, UNCHANGED, UPDATED, apply_definitions
+from schedules.apply import CREATED, UNCHANGED, UPDATED, ApplyIncomplete, apply_definitions
 from schedules.model import ScheduleDefinition
 from tests.integration.conftest import fetch
 
@@ -46,6 +49,9 @@ async def test_a_second_apply_with_no_change_makes_zero_write_calls_to_temporal(
     assert [c.action for c in created] == [CREATED] * COUNT
     # The counter sees the writes: one create per schedule.
     assert first.writes == {"create_schedule": COUNT}
+    # Read once each, by the plan; their first fires (in the rows, checked against a describe
+    # below) come from the schedule list, not from a describe of each new schedule.
+    assert first["describe_schedule"] == COUNT, first
 
     # A heartbeat row gone missing (the database was set up after the schedules) comes back;
     # the rows that exist keep what they hold.
@@ -88,3 +94,98 @@ async def test_an_apply_that_changes_one_schedule_of_many_writes_only_that_one(
     assert [c.schedule_id for c in result if c.action == UPDATED] == [many[7].id]
     assert result[7].changed_fields == ["timeout"]
     assert calls.writes == {"update_schedule": 1}, calls
+
+
+@contextmanager
+def failing_create(client: Client, *, nth: int) -> Iterator[list[str]]:
+    """The `nth` CreateSchedule `client` sends fails as an unavailable server would answer it
+    (at the client's edge, as bench/rpc_calls.py counts); yields the ids Temporal did create."""
+    service: Any = client.service_client
+    original = service._rpc_call
+    created: list[str] = []
+    sent = 0
+
+    async def call(rpc: str, req: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal sent
+        if rpc == "create_schedule":
+            sent += 1
+            if sent == nth:
+                raise RPCError("injected: server unavailable", RPCStatusCode.UNAVAILABLE, b"")
+            response = await original(rpc, req, *args, **kwargs)
+            created.append(req.schedule_id)
+            return response
+        return await original(rpc, req, *args, **kwargs)
+
+    service._rpc_call = call
+    try:
+        yield created
+    finally:
+        del service._rpc_call
+
+
+async def test_an_apply_stopped_by_a_failed_create_names_what_it_wrote_and_a_rerun_converges(
+    counted_client: Client, pool: asyncpg.Pool, task_queue: str, many: list[ScheduleDefinition]
+) -> None:
+    ids = [d.id for d in many]
+    with failing_create(counted_client, nth=7) as created, pytest.raises(ApplyIncomplete) as info:
+        await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+
+    error = info.value
+    # Exactly the schedules Temporal created, each with its rows; the failed one named with the
+    # error; the rest named as never written. Together: the whole file, once.
+    assert sorted(error.created) == sorted(created)
+    assert len(error.failed) == 1 and error.failed[0] not in created
+    assert error.updated == [] and error.unrecorded == []
+    assert sorted(error.created + error.failed + error.not_applied) == sorted(ids)
+    text = str(error)
+    assert f"created ({len(created)}): " + ", ".join(error.created) in text
+    assert f"failed: {error.failed[0]} (Temporal refused the request (UNAVAILABLE)" in text
+    if error.not_applied:
+        assert ", ".join(error.not_applied) in text
+    recorded = await fetch(
+        pool,
+        "SELECT schedule_id FROM cronwarden.heartbeats WHERE schedule_id = ANY($1::text[])",
+        ids,
+    )
+    assert sorted(r["schedule_id"] for r in recorded) == sorted(created)
+
+    again = await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+
+    actions = {c.schedule_id: c.action for c in again}
+    assert actions == {sid: UNCHANGED if sid in created else CREATED for sid in ids}
+    for table in ("heartbeats", "definition_history"):
+        rows = await fetch(
+            pool,
+            f"SELECT DISTINCT schedule_id FROM cronwarden.{table}"
+            " WHERE schedule_id = ANY($1::text[])",
+            ids,
+        )
+        assert sorted(r["schedule_id"] for r in rows) == sorted(ids), table
+
+
+async def test_a_rerun_records_the_rows_a_written_schedule_misses(
+    counted_client: Client, pool: asyncpg.Pool, task_queue: str, many: list[ScheduleDefinition]
+) -> None:
+    """An apply stopped between a schedule's write and its rows (the process killed, the
+    database gone) leaves the schedule in Temporal without them: the next apply, finding it
+    unchanged, records its definition and heartbeat, once."""
+    await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+    lost = many[3].id
+    async with pool.acquire() as conn:
+        await conn.execute("DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1", lost)
+        await conn.execute("DELETE FROM cronwarden.definition_history WHERE schedule_id = $1", lost)
+
+    for _ in range(2):
+        again = await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+        assert {c.action for c in again} == {UNCHANGED}
+
+    history = await fetch(
+        pool,
+        "SELECT definition_digest FROM cronwarden.definition_history WHERE schedule_id = $1",
+        lost,
+    )
+    beat = await fetch(
+        pool, "SELECT next_expected_at FROM cronwarden.heartbeats WHERE schedule_id = $1", lost
+    )
+    assert len(history) == 1
+    assert beat[0]["next_expected_at"] == again[3].next_fire

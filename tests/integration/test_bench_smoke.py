@@ -57,6 +57,15 @@ EXPECTED = {
         "apply 20 schedules again, no change: time",
         "apply 20 schedules again, no change: Temporal writes",
     ],
+    "scale": [
+        "30 schedules: first apply (1 run)",
+        "30 schedules: apply again, no change (1 run)",
+        "30 schedules: `schedules list --json` (1 run)",
+        "30 schedules: Temporal's ListSchedules alone, all pages (1 run)",
+        "30 schedules: `status --json` (1 run)",
+        "30 schedules: one monitor pass over their heartbeats",
+        "`backfill plan` of one schedule (1 day, minutely) with 30 others",
+    ],
     "fire_lag": [
         "fires run (3 schedules every 10s for 20s)",
         "fire lag to job start, p50 / p99",

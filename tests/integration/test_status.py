@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -13,7 +14,12 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
+from bench.rpc_calls import counting_rpcs
+from cronwarden.embedded import EmbeddedTemporal
 from schedules.apply import apply_definitions
+from schedules.inventory import schedule_ids
+from schedules.status import build_rows, read_views
+from store import definitions, heartbeats
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_schedule_commands import definition, foreign_schedule, new_id
 from tests.support.cli import cli
@@ -235,3 +241,39 @@ async def test_colour_only_on_a_terminal_and_never_in_json(
     as_json = await cli(env, "status", "--json")
     assert as_json.code == 0 and "\x1b[" not in as_json.stdout
     json.loads(as_json.stdout)
+
+
+async def test_status_describes_only_the_schedules_the_list_cannot_settle(
+    temporal_server: EmbeddedTemporal, pool: asyncpg.Pool, two: list[str]
+) -> None:
+    """Ten thousand schedules must not mean ten thousand describes: the rows come from
+    Temporal's schedule list and the recorded definitions; only an overdue schedule (is a run
+    still going? what did Temporal skip?) is described."""
+    quiet, overdue = two
+    counted = await Client.connect(temporal_server.address)
+    await wait_for(
+        lambda: _listed(counted, set(two)), timeout=30, what="both schedules in Temporal's list"
+    )
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '2 hours',"
+            " grace = interval '1 minute' WHERE schedule_id = $1",
+            overdue,
+        )
+        beats = await heartbeats.all_rows(conn)
+        recorded = await definitions.latest_all(conn)
+
+    with counting_rpcs(counted) as calls:
+        views = await read_views(counted, beats, recorded, now=datetime.now(UTC))
+
+    assert calls["describe_schedule"] == 1, calls
+    rows = {r.schedule_id: r for r in build_rows(views, beats, now=datetime.now(UTC))}
+    assert rows[overdue].health == "overdue"
+    assert rows[overdue].skipped_overlap == 0
+    assert rows[quiet].health == "ok"
+    assert rows[quiet].job == "probe" and rows[quiet].spec.startswith("cron ")
+    assert rows[quiet].skipped_overlap is None  # not read: it was not described
+
+
+async def _listed(client: Client, ids: set[str]) -> bool:
+    return ids <= set(await schedule_ids(client))

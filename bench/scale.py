@@ -1,0 +1,206 @@
+"""Issue 16, goal 2: ten thousand schedules on the embedded stack.
+
+One row each for: the first `schedules apply` of 10,000 schedules (bounded concurrent writes),
+the same apply again (no write to Temporal), `cronwarden schedules list --json` and
+`cronwarden status --json` (subprocesses, as a user runs them: no describe per schedule), one
+pass of the monitor (`Monitor.run_pass`, the real pass) over their 10,000 heartbeat rows, and
+`backfill plan` for one schedule while the 10,000 exist, against the same plan with few
+schedules. `list` and `status` make no describe per schedule; what they cost is mostly
+Temporal's own ListSchedules (its row, in process). The schedules fire once a year on a task
+queue no worker polls, so none fires during the run; they are deleted afterwards (bounded) so
+they do not load later measurements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from statistics import median
+
+from temporalio.client import Client
+
+from bench.apply_scale import _delete_all, definitions
+from bench.rpc_calls import counting_rpcs
+from bench.stack import BenchStack, run_alone
+from bench.table import Row
+from monitor.loop import Monitor, MonitorOptions
+from monitor.pauses import PauseCheck
+from schedules.apply import UNCHANGED, apply_definitions
+from schedules.backfill import plan_window
+from schedules.inventory import schedule_ids
+from schedules.model import ScheduleDefinition
+from schedules.window import Window
+from store.pool import create_pool
+
+SCHEDULES = 10_000
+QUICK_SCHEDULES = 30
+TASK_QUEUE = "bench-scale-nobody-polls"
+STATUS_GOAL_S = 10.0
+MONITOR_GOAL_S = 1.0
+# `backfill plan` with the many schedules present may cost at most this many times the same
+# plan with few: "unaffected", allowing for the noise of a loaded machine.
+PLAN_GOAL = 1.5
+# Temporal's schedule list is eventually consistent: how long the list may take to show every
+# schedule just created before the listing rows are measured.
+VISIBLE_WITHIN = 300.0
+
+
+def _minutely(schedule_id: str) -> ScheduleDefinition:
+    return ScheduleDefinition.model_validate(
+        {"id": schedule_id, "job": "probe", "every": "1m", "args": {"planned": True}}
+    )
+
+
+async def _timed_cli(stack: BenchStack, dsn: str, *args: str) -> tuple[float, int]:
+    """Wall time of one `cronwarden ...` run and how many schedules its JSON lists."""
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *stack.python_argv("-m", "cronwarden", *args),
+        env=stack.cli_env(dsn, task_queue=TASK_QUEUE),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"cronwarden {' '.join(args)} failed: {err.decode()[-2000:]}")
+    return elapsed, len(json.loads(out)["schedules"])
+
+
+async def _all_listed(client: Client, ids: set[str]) -> None:
+    deadline = time.monotonic() + VISIBLE_WITHIN
+    while not ids <= set(await schedule_ids(client)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Temporal's list did not show {len(ids):,} new schedules in time")
+        await asyncio.sleep(1.0)
+
+
+async def _plan_seconds(client: Client, dsn: str, schedule_id: str, repeat: int) -> float:
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    window = Window(end - timedelta(days=1), end)
+    pool = await create_pool(dsn, max_size=2)
+    times = []
+    try:
+        for _ in range(repeat):
+            started = time.perf_counter()
+            await plan_window(client, pool, schedule_id, window)
+            times.append(time.perf_counter() - started)
+    finally:
+        await pool.close()
+    return median(times)
+
+
+async def _monitor_pass_seconds(client: Client, dsn: str, repeat: int) -> float:
+    async def connect() -> Client:
+        return client
+
+    monitor = Monitor(
+        dsn=dsn, sinks={}, options=MonitorOptions(state_file=None), pauses=PauseCheck(connect)
+    )
+    times = []
+    try:
+        await monitor.run_pass()  # its pool and first plans: not what a steady pass costs
+        for _ in range(repeat):
+            started = time.perf_counter()
+            await monitor.run_pass()
+            times.append(time.perf_counter() - started)
+    finally:
+        await monitor.close()
+    return median(times)
+
+
+async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
+    count = QUICK_SCHEDULES if quick else SCHEDULES
+    dsn = stack.dsn_for("scale")
+    pool = await create_pool(dsn, max_size=4)
+    # A client of its own: the write counter must see this code's calls only.
+    client = await Client.connect(stack.temporal.address)
+    prefix = f"scale-{uuid.uuid4().hex[:6]}"
+    defs = definitions(prefix, count)
+    planned = _minutely(f"{prefix}-planned")
+    try:
+        await apply_definitions(client, pool, [planned], task_queue=TASK_QUEUE)
+        plan_few = await _plan_seconds(client, dsn, planned.id, stack.repeat)
+
+        with counting_rpcs(client) as first_calls:
+            started = time.perf_counter()
+            await apply_definitions(client, pool, [planned, *defs], task_queue=TASK_QUEUE)
+            first = time.perf_counter() - started
+        # Once: at ten thousand schedules each re-apply is thousands of describes.
+        with counting_rpcs(client) as again_calls:
+            started = time.perf_counter()
+            changes = await apply_definitions(client, pool, [planned, *defs], task_queue=TASK_QUEUE)
+            again = time.perf_counter() - started
+        if any(c.action != UNCHANGED for c in changes):
+            raise RuntimeError("a second apply of the same file changed something")
+
+        await _all_listed(client, {d.id for d in defs})
+        started = time.perf_counter()
+        await schedule_ids(client)
+        list_rpc = time.perf_counter() - started
+        listing = [await _timed_cli(stack, dsn, "schedules", "list", "--json")]
+        status = [await _timed_cli(stack, dsn, "status", "--json")]
+        monitor_pass = await _monitor_pass_seconds(client, dsn, stack.repeat)
+        plan_many = await _plan_seconds(client, dsn, planned.id, stack.repeat)
+    finally:
+        await pool.close()
+        await _delete_all(client, [planned.id, *(d.id for d in defs)])
+
+    list_s, listed = listing[0]
+    status_s, shown = status[0]
+    plan_ratio = plan_many / plan_few
+
+    def speed(metric: str, ours: str, goal: str, met: bool, **more: str) -> Row:
+        # Speeds are judged on a full run only: --quick sizes mean nothing.
+        return Row(metric=metric, ours=ours, goal=goal, met=None if quick else met, **more)
+
+    return [
+        Row(
+            metric=f"{count:,} schedules: first apply (1 run)",
+            ours=f"{first:.1f} s ({first_calls.write_count:,} writes)",
+        ),
+        Row(
+            metric=f"{count:,} schedules: apply again, no change (1 run)",
+            ours=f"{again:.1f} s, {again_calls.write_count} writes",
+            baseline=f"{first:.1f} s (first)",
+            ratio=f"{first / again:.2f}x first/again",
+            goal="0 writes",
+            met=again_calls.write_count == 0,
+        ),
+        Row(
+            metric=f"{count:,} schedules: `schedules list --json` (1 run)",
+            ours=f"{list_s:.1f} s, {listed:,} listed",
+        ),
+        # Where list's and status's time goes: Temporal's paged ListSchedules, in process.
+        Row(
+            metric=f"{count:,} schedules: Temporal's ListSchedules alone, all pages (1 run)",
+            ours=f"{list_rpc:.1f} s",
+        ),
+        speed(
+            f"{count:,} schedules: `status --json` (1 run)",
+            f"{status_s:.1f} s, {shown:,} rows",
+            f"< {STATUS_GOAL_S:g} s",
+            status_s < STATUS_GOAL_S,
+        ),
+        speed(
+            f"{count:,} schedules: one monitor pass over their heartbeats",
+            f"{monitor_pass * 1000:.0f} ms",
+            f"< {MONITOR_GOAL_S:g} s",
+            monitor_pass < MONITOR_GOAL_S,
+        ),
+        speed(
+            f"`backfill plan` of one schedule (1 day, minutely) with {count:,} others",
+            f"{plan_many * 1000:.0f} ms",
+            f"<= {PLAN_GOAL:g}x (unaffected)",
+            plan_ratio <= PLAN_GOAL,
+            baseline=f"{plan_few * 1000:.0f} ms (alone)",
+            ratio=f"{plan_ratio:.2f}x",
+        ),
+    ]
+
+
+if __name__ == "__main__":
+    run_alone(measure, __doc__)
