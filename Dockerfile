@@ -26,10 +26,14 @@ RUN groupadd --system --gid 10001 cronwarden \
     && useradd --system --uid 10001 --gid cronwarden --home-dir /app --no-create-home \
         --shell /usr/sbin/nologin cronwarden
 COPY --from=build /opt/cronwarden /opt/cronwarden
+# MALLOC_ARENA_MAX: otherwise glibc gives the SDK core's threads arenas of their own, and a long
+# streamed output grows RSS with freed-but-kept memory (`backfill run --dry-run --json` of 131,400
+# keys: 100 MiB peak, 85 MiB with two arenas, the same as for 60 keys).
 ENV PATH=/opt/cronwarden/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONPATH=/app
+    PYTHONPATH=/app \
+    MALLOC_ARENA_MAX=2
 # Job modules named by CRONWARDEN_JOBS are imported from here.
 WORKDIR /app
 USER 10001:10001
