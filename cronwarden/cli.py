@@ -10,7 +10,7 @@ import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
@@ -190,6 +190,11 @@ def main(argv: list[str] | None = None) -> None:
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    leave(code)
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with `code`, without finalizing the interpreter."""
     # The Temporal SDK's Rust runtime keeps threads that can call into CPython while the
     # interpreter finalizes, which aborts the process (SIGABRT) after the command has succeeded
     # (temporalio/sdk-python#300): scripts would see a crash instead of our exit code. Every

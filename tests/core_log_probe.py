@@ -13,6 +13,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import RPCError
 
 from cronwarden import temporal
+from cronwarden.cli import leave
 from cronwarden.config import Settings
 
 
@@ -53,3 +54,6 @@ async def main(target: str) -> None:
 
 if __name__ == "__main__":
     asyncio.run(main(sys.argv[1]))
+    # As every cronwarden command ends: the retried call goes on in the SDK's threads, and its
+    # next warning must not meet a finalizing interpreter.
+    leave(0)
