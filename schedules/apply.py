@@ -302,13 +302,13 @@ async def apply_definitions(
         writing,
         limit=WRITE_CONCURRENCY,
     )
-    # The creates' rows are recorded together, even when another write failed: a schedule
-    # Temporal holds gets its rows whenever they can be written.
-    created = [o.value for o in outcomes if o.value is not None and o.value.applied_at]
-    recorded = await _record_created(client, pool, created, task_queue=task_queue)
-    if any(o.error is not None for o in outcomes) or any(r.error for r in recorded):
+    # Each create recorded its rows right after it; their first fires are filled in together
+    # (from the schedule list), even when another write failed.
+    created = [o.value for o in outcomes if o.value is not None and o.value.first_fire_pending]
+    unfilled = await _fill_first_fires(client, pool, created, task_queue=task_queue)
+    if any(o.error is not None for o in outcomes) or unfilled is not None:
         # Nothing is pruned after a failed write: the file is not in force yet.
-        raise ApplyIncomplete.of(writing, outcomes, recorded)
+        raise ApplyIncomplete.of(writing, outcomes, unfilled)
     written = {o.value.change.schedule_id: o.value.change for o in outcomes if o.value}
     changes = [written.get(change.schedule_id, change) for _, change, _ in planned]
     for change in pruned:
@@ -323,34 +323,45 @@ class _Written:
 
     defn: ScheduleDefinition
     change: Change
-    applied_at: datetime | None = None
-    """For a create whose rows are still to record: a time at or before Temporal's create."""
+    first_fire_pending: bool = False
+    """A create: its rows are recorded, its first fire is still to fill in."""
 
 
-async def _record_created(
+async def _fill_first_fires(
     client: Client,
     pool: asyncpg.Pool | None,
     created: list[_Written],
     *,
     task_queue: str,
-) -> list[Outcome[None]]:
-    """Record the rows of the schedules just created, with Temporal's first fire of each; one
-    outcome per schedule (a failure stops the rest, which are then not recorded)."""
+) -> BaseException | None:
+    """Read Temporal's first fire of each schedule just created and set it as its heartbeat
+    deadline (`heartbeats.fill_first_fires`); the error if that failed (the rows stay without
+    a deadline: a rerun, finding the schedules unchanged, fills it in)."""
     if not created:
-        return []
+        return None
+    error: BaseException | None = None
     try:
         fires = await first_fires(client, [w.defn.id for w in created])
-    except Exception as exc:
-        return [Outcome(started=True, error=exc) for _ in created]
-
-    async def record(w: _Written) -> None:
-        w.change.next_fire = fires.get(w.defn.id)
+        for w in created:
+            w.change.next_fire = fires.get(w.defn.id)
         if pool is not None:
-            assert w.applied_at is not None
-            await _record(pool, w.defn, w.change, w.applied_at, task_queue=task_queue)
+            async with pool.acquire() as conn:
+                await heartbeats.fill_first_fires(
+                    conn,
+                    [
+                        (
+                            w.defn.id,
+                            w.change.next_fire,
+                            definition_digest(w.defn, task_queue=task_queue),
+                        )
+                        for w in created
+                    ],
+                )
+    except Exception as exc:
+        error = exc
+    for w in created:
         _log_change(w.change)
-
-    return await try_bounded(record, created, limit=WRITE_CONCURRENCY)
+    return error
 
 
 async def first_fires(client: Client, schedule_ids: list[str]) -> dict[str, datetime | None]:
@@ -395,6 +406,7 @@ class ApplyIncomplete(CronwardenError):
         unrecorded: list[tuple[str, BaseException]],
         failed: list[tuple[str, BaseException]],
         not_applied: list[str],
+        unfilled: BaseException | None = None,
     ) -> None:
         self.created = created
         self.updated = updated
@@ -411,8 +423,15 @@ class ApplyIncomplete(CronwardenError):
                 f"  written to Temporal, heartbeat and definition rows not recorded: {sid} "
                 f"({_error_text(exc)})"
             )
+        if unfilled is not None and created:
+            lines.append(
+                "  created, first fire not yet expected by the monitor: "
+                f"{', '.join(created)} ({_error_text(unfilled)})"
+            )
         for sid, exc in failed:
-            lines.append(f"  failed: {sid} ({_error_text(exc)})")
+            # A time-out or a lost connection may come after the server applied the write.
+            verdict = "failed (may have been written)" if _maybe_written(exc) else "failed"
+            lines.append(f"  {verdict}: {sid} ({_error_text(exc)})")
         if not_applied:
             lines.append(
                 f"  not applied, nothing written ({len(not_applied)}): {', '.join(not_applied)}"
@@ -424,15 +443,13 @@ class ApplyIncomplete(CronwardenError):
         cls,
         writing: list[tuple[ScheduleDefinition, Change]],
         outcomes: list[Outcome[_Written]],
-        recorded: list[Outcome[None]],
+        unfilled: BaseException | None = None,
     ) -> ApplyIncomplete:
         created: list[str] = []
         updated: list[str] = []
         unrecorded: list[tuple[str, BaseException]] = []
         failed: list[tuple[str, BaseException]] = []
         not_applied: list[str] = []
-        # The creates' records, in the order `_record_created` took them.
-        records = iter(recorded)
         for (defn, _), outcome in zip(writing, outcomes, strict=True):
             if not outcome.started:
                 not_applied.append(defn.id)
@@ -440,13 +457,6 @@ class ApplyIncomplete(CronwardenError):
                 unrecorded.append((defn.id, outcome.error.cause))
             elif outcome.error is not None:
                 failed.append((defn.id, outcome.error))
-            elif outcome.value is not None and outcome.value.applied_at is not None:
-                record = next(records)
-                if record.error is not None or not record.started:
-                    cause = record.error or RuntimeError("not recorded after an earlier failure")
-                    unrecorded.append((defn.id, cause))
-                else:
-                    created.append(defn.id)
             elif outcome.value is not None:
                 (created if outcome.value.change.action == CREATED else updated).append(defn.id)
         return cls(
@@ -455,6 +465,7 @@ class ApplyIncomplete(CronwardenError):
             unrecorded=unrecorded,
             failed=failed,
             not_applied=not_applied,
+            unfilled=unfilled,
         )
 
 
@@ -464,6 +475,23 @@ class _NotRecorded(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+# Errors that do not say the server refused the request: it may have applied it before the
+# answer was lost.
+_UNCERTAIN = {
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.UNAVAILABLE,
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.UNKNOWN,
+    RPCStatusCode.INTERNAL,
+}
+
+
+def _maybe_written(exc: BaseException) -> bool:
+    if isinstance(exc, RPCError):
+        return exc.status in _UNCERTAIN
+    return isinstance(exc, (TimeoutError, ConnectionError, asyncio.CancelledError))
 
 
 def _error_text(exc: BaseException) -> str:
@@ -483,8 +511,9 @@ async def _write(
     *,
     task_queue: str,
 ) -> _Written:
-    """Create or update one schedule. An update's rows are recorded here; a create's are
-    recorded with the others' (`_record_created`), once the list shows their first fires."""
+    """Create or update one schedule and record its rows right after its write: a run of it,
+    a concurrent apply or a pause must find them from then on. A create's first fire is filled
+    in later, with the others' (`_fill_first_fires`)."""
     schedule = to_temporal(defn, task_queue=task_queue)
     if change.action == CREATED:
         # Taken before the request, so at or before Temporal's create: no fire of the
@@ -492,10 +521,16 @@ async def _write(
         requested_at = datetime.now(UTC)
         try:
             await client.create_schedule(defn.id, schedule, memo={MANAGED_MEMO: {"managed": True}})
-            return _Written(defn, change, applied_at=requested_at)
         except ScheduleAlreadyRunningError:
             # Created by a concurrent apply since we looked: fall back to an update.
             change = Change(defn.id, UPDATED, ["(created concurrently)"])
+        else:
+            try:
+                if pool is not None:
+                    await _record(pool, defn, change, requested_at, task_queue=task_queue)
+            except Exception as exc:
+                raise _NotRecorded(exc) from exc
+            return _Written(defn, change, first_fire_pending=True)
     written = await _update(client, defn, schedule, task_queue=task_queue)
     try:
         next_times = written.info.next_action_times
@@ -519,8 +554,14 @@ async def _record(
     *,
     task_queue: str,
 ) -> None:
-    """The definition history and heartbeat rows of one written schedule, in one transaction."""
+    """The definition history and heartbeat rows of one written schedule, in one transaction.
+    For a create, `applied_at` is when it was requested."""
     async with pool.acquire() as conn, conn.transaction():
+        if change.action == CREATED:
+            # Temporal creates it unpaused: a pause recorded for an earlier schedule of this
+            # id (deleted outside cronwarden) must not keep the monitor silent. Before the
+            # heartbeat write below, which moves the row's updated_at.
+            await heartbeats.forget_pause(conn, defn.id, recorded_before=applied_at)
         if change.replaced is not None:
             # A schedule applied before definitions were recorded: its previous definition is
             # in the memo, and it held since creation as far as anyone can tell. Without it,
@@ -548,10 +589,6 @@ async def _record(
             grace=defn.heartbeat_grace,
             definition_digest=definition_digest(defn, task_queue=task_queue),
         )
-        if change.action == CREATED:
-            # Temporal creates it unpaused: a pause recorded for an earlier schedule of this
-            # id (deleted outside cronwarden) must not keep the monitor silent.
-            await heartbeats.forget_pause(conn, defn.id)
 
 
 async def _preview(

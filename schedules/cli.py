@@ -474,7 +474,7 @@ def status_command(
     """One table of every schedule: pause, last success, next expected fire and health."""
 
     async def go() -> None:
-        from schedules.status import build_rows, dead_letter_json, incident_json, read_views
+        from schedules.status import dead_letter_json, incident_json, status_rows
         from store import definitions, heartbeats, incidents, notifications
 
         zone = _zone(tz)
@@ -484,11 +484,10 @@ def status_command(
                 recorded = await definitions.latest_all(conn)
                 open_incidents = await incidents.open_incidents(conn)
                 dead = await notifications.dead_letters(conn)
-            views = await read_views(client, beats, recorded, now=datetime.now(UTC))
-        now = datetime.now(UTC)
-        by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}
+            by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}
+            now = datetime.now(UTC)
+            rows = await status_rows(client, beats, recorded, now=now, incidents=by_schedule)
         system = [i for i in open_incidents if i["schedule_id"] is None]
-        rows = build_rows(views, beats, now=now, incidents=by_schedule)
         if as_json:
             emit_json(
                 {

@@ -152,14 +152,24 @@ async def read_views(
     Temporal's schedule list (a few paged calls) and the definitions `apply` recorded give every
     row. Only the schedules whose row the list cannot settle are described: a heartbeat's
     schedule the list does not show (the list lags behind a create: looked up directly before
-    calling it gone), and a late or overdue one (a run still going makes it `running`, not
-    late, and its counters say what Temporal skipped or missed). Healthy rows show no counters.
+    calling it gone), a late or overdue one (a run still going makes it `running`, not
+    late, and its counters say what Temporal skipped or missed), and a paused one by the list
+    or by its heartbeat row (the list lags behind a pause or an unpause, and the row's pause
+    silences the monitor only while Temporal holds it: few schedules are paused). Healthy
+    rows show no counters.
     """
     views: list[AnyView] = list(await listed_views(client, definitions))
     rows = build_rows(views, beats, now=now)
     listed = {v.schedule_id for v in views}
     unsettled = (set(beats) - listed) | {
-        r.schedule_id for r in rows if r.in_temporal and r.health in (LATE, OVERDUE)
+        r.schedule_id
+        for r in rows
+        if r.in_temporal
+        and (
+            r.health in (LATE, OVERDUE)
+            or r.paused
+            or bool((beats.get(r.schedule_id) or {}).get("paused"))
+        )
     }
     if not unsettled:
         return views
@@ -170,6 +180,21 @@ async def read_views(
     }
     kept = [described.pop(v.schedule_id, v) for v in views]
     return sorted([*kept, *described.values()], key=lambda v: v.schedule_id)
+
+
+async def status_rows(
+    client: Client,
+    beats: dict[str, dict[str, Any]],
+    definitions: dict[str, dict[str, Any]],
+    *,
+    now: datetime,
+    incidents: dict[str, dict[str, Any]] | None = None,
+) -> list[StatusRow]:
+    """Every row of `status`, judged at one `now`: which schedules are described (late ones)
+    and the health shown must agree, else a schedule turning late in between shows late
+    without the describe that would have found its run still going."""
+    views = await read_views(client, beats, definitions, now=now)
+    return build_rows(views, beats, now=now, incidents=incidents)
 
 
 def build_rows(

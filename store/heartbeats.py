@@ -22,8 +22,12 @@ ON CONFLICT (schedule_id) DO UPDATE
 """
 
 # One statement for every unchanged schedule of an apply: a file of a thousand schedules must
-# not cost a thousand round trips when nothing changed. A row without the digest (written before
-# rows carried it) gets it; nothing else of an existing row changes.
+# not cost a thousand round trips when nothing changed. A row holding another digest (written
+# before rows carried it, or an update that reached Temporal while its row transaction failed)
+# describes another spec: it takes the deadline and grace of the spec Temporal holds too, else
+# the monitor would judge the schedule by the old spec's. A row with no deadline (a create
+# whose first fire was never filled in, see `fill_first_fires`) gets Temporal's next fire. Of
+# any other row nothing changes: its last success and deadline stay.
 _EXPECT_IF_MISSING = """
 INSERT INTO cronwarden.heartbeats AS h
        (schedule_id, next_expected_at, grace, definition_digest, updated_at)
@@ -31,8 +35,32 @@ SELECT schedule_id, next_expected_at, grace, definition_digest, now()
   FROM unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[])
        AS e(schedule_id, next_expected_at, grace, definition_digest)
 ON CONFLICT (schedule_id) DO UPDATE
-   SET definition_digest = EXCLUDED.definition_digest
+   SET next_expected_at = CASE
+           WHEN h.definition_digest IS DISTINCT FROM EXCLUDED.definition_digest
+           THEN EXCLUDED.next_expected_at
+           ELSE coalesce(h.next_expected_at, EXCLUDED.next_expected_at) END,
+       grace = CASE WHEN h.definition_digest IS DISTINCT FROM EXCLUDED.definition_digest
+                    THEN EXCLUDED.grace ELSE h.grace END,
+       definition_digest = EXCLUDED.definition_digest,
+       updated_at = now()
  WHERE h.definition_digest IS DISTINCT FROM EXCLUDED.definition_digest
+    OR (h.next_expected_at IS NULL AND EXCLUDED.next_expected_at IS NOT NULL)
+"""
+
+# A schedule just created: its row is written before its first fire is known (NULL: the
+# monitor never pages on a row without a deadline), so a fire right after the create finds
+# the row its commit updates. The first fire is filled in afterwards, one statement for all,
+# only where nothing else set a deadline meanwhile: a run's commit (it expects the fire after
+# its own), or a concurrent apply of another definition (its digest).
+_FILL_FIRST_FIRES = """
+UPDATE cronwarden.heartbeats AS h
+   SET next_expected_at = f.next_expected_at, updated_at = now()
+  FROM unnest($1::text[], $2::timestamptz[], $3::text[])
+       AS f(schedule_id, next_expected_at, definition_digest)
+ WHERE h.schedule_id = f.schedule_id
+   AND h.definition_digest = f.definition_digest
+   AND h.next_expected_at IS NULL
+   AND f.next_expected_at IS NOT NULL
 """
 
 _RECORD_FAILURE = """
@@ -75,6 +103,14 @@ async def expect_all_if_missing(
     if expected:
         ids, times, graces, digests = zip(*expected, strict=True)
         await conn.execute(_EXPECT_IF_MISSING, list(ids), list(times), list(graces), list(digests))
+
+
+async def fill_first_fires(conn: Any, first: Sequence[tuple[str, datetime | None, str]]) -> None:
+    """Set the deadline of each (schedule id, first fire, digest) created with none yet, see
+    `_FILL_FIRST_FIRES`."""
+    if first:
+        ids, times, digests = zip(*first, strict=True)
+        await conn.execute(_FILL_FIRST_FIRES, list(ids), list(times), list(digests))
 
 
 async def record_failure(conn: Any, *, schedule_id: str, error: str) -> None:
@@ -134,11 +170,13 @@ UPDATE cronwarden.heartbeats
 """
 
 # `apply` created the schedule (again): Temporal creates schedules unpaused, so a pause recorded
-# for an earlier schedule of that id (deleted outside cronwarden) no longer holds.
+# for an earlier schedule of that id (deleted outside cronwarden) no longer holds. A pause
+# recorded since the create was requested is of the new schedule (`schedules pause` right
+# after it): that one stands.
 _FORGET_PAUSE = """
 UPDATE cronwarden.heartbeats
    SET paused = false, paused_reason = NULL, updated_at = now()
- WHERE schedule_id = $1 AND paused
+ WHERE schedule_id = $1 AND paused AND updated_at < $2
 """
 
 _PAUSED = """
@@ -195,8 +233,9 @@ async def lift_stale_pause(
     return status != "UPDATE 0"
 
 
-async def forget_pause(conn: Any, schedule_id: str) -> None:
-    await conn.execute(_FORGET_PAUSE, schedule_id)
+async def forget_pause(conn: Any, schedule_id: str, *, recorded_before: datetime) -> None:
+    """Clear a pause recorded before `recorded_before` (the time the create was requested)."""
+    await conn.execute(_FORGET_PAUSE, schedule_id, recorded_before)
 
 
 async def delete(conn: Any, schedule_id: str) -> None:

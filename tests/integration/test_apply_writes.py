@@ -5,8 +5,9 @@ change writes only the schedule that changed."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -18,8 +19,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from bench.apply_scale import definitions
 from bench.rpc_calls import counting_rpcs
 from cronwarden.embedded import EmbeddedTemporal
+from schedules import apply as apply_module
 from schedules.apply import CREATED, UNCHANGED, UPDATED, ApplyIncomplete, apply_definitions
 from schedules.model import ScheduleDefinition
+from store import heartbeats
 from tests.integration.conftest import fetch
 
 pytestmark = pytest.mark.integration
@@ -139,7 +142,11 @@ async def test_an_apply_stopped_by_a_failed_create_names_what_it_wrote_and_a_rer
     assert sorted(error.created + error.failed + error.not_applied) == sorted(ids)
     text = str(error)
     assert f"created ({len(created)}): " + ", ".join(error.created) in text
-    assert f"failed: {error.failed[0]} (Temporal refused the request (UNAVAILABLE)" in text
+    # UNAVAILABLE does not say the server did not apply it.
+    assert (
+        f"failed (may have been written): {error.failed[0]} "
+        "(Temporal refused the request (UNAVAILABLE)" in text
+    )
     if error.not_applied:
         assert ", ".join(error.not_applied) in text
     recorded = await fetch(
@@ -189,3 +196,155 @@ async def test_a_rerun_records_the_rows_a_written_schedule_misses(
     )
     assert len(history) == 1
     assert beat[0]["next_expected_at"] == again[3].next_fire
+
+
+@contextmanager
+def after_create(client: Client, hook: Callable[[str], Awaitable[None]]) -> Iterator[None]:
+    """Run `hook(schedule_id)` as each CreateSchedule `client` sends is answered."""
+    service: Any = client.service_client
+    original = service._rpc_call
+
+    async def call(rpc: str, req: Any, *args: Any, **kwargs: Any) -> Any:
+        response = await original(rpc, req, *args, **kwargs)
+        if rpc == "create_schedule":
+            await hook(req.schedule_id)
+        return response
+
+    service._rpc_call = call
+    try:
+        yield
+    finally:
+        del service._rpc_call
+
+
+LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)
+
+
+async def test_each_create_records_its_rows_at_once_and_its_first_fire_only_where_none_was_set(
+    counted_client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    many: list[ScheduleDefinition],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run committing, a concurrent apply or `schedules pause` right after a create finds
+    the schedule's rows; the first fire filled in afterwards overwrites none of them."""
+    ids = [d.id for d in many]
+    paused, ran, moved = ids[0], ids[1], ids[2]
+    rows_seen: dict[str, Any] = {}
+
+    async def pause_first(schedule_id: str) -> None:
+        if schedule_id == paused:
+            async with pool.acquire() as conn:
+                await heartbeats.pause(conn, schedule_id=paused, reason="right after create")
+
+    real_first_fires = apply_module.first_fires
+
+    async def first_fires(client: Client, schedule_ids: list[str]) -> dict[str, Any]:
+        async with pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT schedule_id, next_expected_at FROM cronwarden.heartbeats"
+                " WHERE schedule_id = ANY($1::text[])",
+                ids,
+            )
+            rows_seen.update({r["schedule_id"]: r["next_expected_at"] for r in rows})
+            # A fire of `ran` committed (it set the deadline after it); an apply of another
+            # definition of `moved` recorded its own.
+            await conn.execute(
+                "UPDATE cronwarden.heartbeats SET next_expected_at = $2 WHERE schedule_id = $1",
+                ran,
+                LONG_AGO,
+            )
+            await conn.execute(
+                "UPDATE cronwarden.heartbeats SET definition_digest = 'other'"
+                " WHERE schedule_id = $1",
+                moved,
+            )
+        return await real_first_fires(client, schedule_ids)
+
+    monkeypatch.setattr(apply_module, "first_fires", first_fires)
+    with after_create(counted_client, pause_first):
+        created = await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+
+    # Every row was there, with no deadline yet, before the first fires were read.
+    assert rows_seen == dict.fromkeys(ids)
+    rows = await fetch(
+        pool,
+        "SELECT schedule_id, next_expected_at, paused FROM cronwarden.heartbeats"
+        " WHERE schedule_id = ANY($1::text[])",
+        ids,
+    )
+    by_id = {r["schedule_id"]: r for r in rows}
+    assert by_id[paused]["paused"], "a pause recorded after the create was cleared"
+    assert by_id[ran]["next_expected_at"] == LONG_AGO
+    assert by_id[moved]["next_expected_at"] is None
+    for change in created:
+        if change.schedule_id not in (ran, moved):
+            assert change.next_fire is not None
+            assert by_id[change.schedule_id]["next_expected_at"] == change.next_fire
+
+
+async def test_an_apply_stopped_before_first_fires_leaves_the_rows_and_a_rerun_fills_them(
+    counted_client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    many: list[ScheduleDefinition],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ids = [d.id for d in many]
+
+    async def list_down(client: Client, schedule_ids: list[str]) -> dict[str, Any]:
+        raise RPCError("injected: list unavailable", RPCStatusCode.UNAVAILABLE, b"")
+
+    monkeypatch.setattr(apply_module, "first_fires", list_down)
+    with pytest.raises(ApplyIncomplete) as info:
+        await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+    assert sorted(info.value.created) == sorted(ids)
+    assert "created, first fire not yet expected by the monitor" in str(info.value)
+    for table in ("heartbeats", "definition_history"):
+        rows = await fetch(
+            pool, f"SELECT schedule_id FROM cronwarden.{table} WHERE schedule_id = ANY($1)", ids
+        )
+        assert sorted(r["schedule_id"] for r in rows) == sorted(ids), table
+
+    monkeypatch.undo()
+    again = await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+
+    assert {c.action for c in again} == {UNCHANGED}
+    rows = await fetch(
+        pool,
+        "SELECT schedule_id, next_expected_at FROM cronwarden.heartbeats"
+        " WHERE schedule_id = ANY($1::text[])",
+        ids,
+    )
+    expected = {c.schedule_id: c.next_fire for c in again}
+    assert {r["schedule_id"]: r["next_expected_at"] for r in rows} == expected
+
+
+async def test_a_rerun_repairs_a_heartbeat_left_with_another_definitions_deadline(
+    counted_client: Client, pool: asyncpg.Pool, task_queue: str, many: list[ScheduleDefinition]
+) -> None:
+    """An update reached Temporal and its row transaction failed: the row still holds the old
+    spec's digest, deadline and grace. The rerun finds the schedule unchanged and repairs all
+    three."""
+    await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+    stale = many[4]
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET definition_digest = 'old', next_expected_at = $2,"
+            " grace = $3 WHERE schedule_id = $1",
+            stale.id,
+            LONG_AGO,
+            stale.heartbeat_grace + timedelta(hours=1),
+        )
+
+    again = await apply_definitions(counted_client, pool, many, task_queue=task_queue)
+
+    assert again[4].action == UNCHANGED
+    beat = await fetch(
+        pool,
+        "SELECT next_expected_at, grace FROM cronwarden.heartbeats WHERE schedule_id = $1",
+        stale.id,
+    )
+    assert beat[0]["next_expected_at"] == again[4].next_fire
+    assert beat[0]["grace"] == stale.heartbeat_grace

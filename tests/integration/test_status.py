@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -16,8 +17,9 @@ from temporalio.client import Client
 
 from bench.rpc_calls import counting_rpcs
 from cronwarden.embedded import EmbeddedTemporal
+from schedules import status as status_module
 from schedules.apply import apply_definitions
-from schedules.inventory import schedule_ids
+from schedules.inventory import ListedView, listed_views, schedule_ids
 from schedules.status import build_rows, read_views
 from store import definitions, heartbeats
 from tests.integration.conftest import fetch, wait_for
@@ -254,14 +256,7 @@ async def test_status_describes_only_the_schedules_the_list_cannot_settle(
     await wait_for(
         lambda: _listed(counted, set(two)), timeout=30, what="both schedules in Temporal's list"
     )
-    async with pool.acquire() as conn:
-        await conn.execute(
-            "UPDATE cronwarden.heartbeats SET next_expected_at = now() - interval '2 hours',"
-            " grace = interval '1 minute' WHERE schedule_id = $1",
-            overdue,
-        )
-        beats = await heartbeats.all_rows(conn)
-        recorded = await definitions.latest_all(conn)
+    beats, recorded = await _deadline_in(pool, overdue, -timedelta(hours=2))
 
     with counting_rpcs(counted) as calls:
         views = await read_views(counted, beats, recorded, now=datetime.now(UTC))
@@ -275,5 +270,74 @@ async def test_status_describes_only_the_schedules_the_list_cannot_settle(
     assert rows[quiet].skipped_overlap is None  # not read: it was not described
 
 
+async def _deadline_in(
+    pool: asyncpg.Pool, schedule_id: str, offset: timedelta
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Set the row's deadline `offset` from now (grace 1 minute); every heartbeat row and
+    recorded definition, as `status` reads them."""
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET next_expected_at = now() + $2::interval,"
+            " grace = interval '1 minute' WHERE schedule_id = $1",
+            schedule_id,
+            offset,
+        )
+        return await heartbeats.all_rows(conn), await definitions.latest_all(conn)
+
+
 async def _listed(client: Client, ids: set[str]) -> bool:
     return ids <= set(await schedule_ids(client))
+
+
+async def test_status_describes_a_paused_schedule_the_list_still_shows_running(
+    client: Client, pool: asyncpg.Pool, two: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Temporal's list lags behind a pause: a schedule paused in its heartbeat row is described,
+    so status shows the pause Temporal holds, not the list's stale state."""
+    paused, _ = two
+    await client.get_schedule_handle(paused).pause(note="paused by operator: vendor outage")
+    async with pool.acquire() as conn:
+        await heartbeats.pause(conn, schedule_id=paused, reason="vendor outage")
+        beats = await heartbeats.all_rows(conn)
+        recorded = await definitions.latest_all(conn)
+    real_listed_views = listed_views
+
+    async def lagging(client: Client, defs: dict[str, dict[str, Any]]) -> list[Any]:
+        views = await real_listed_views(client, defs)
+        return [
+            replace(v, paused=False, note=None)
+            if isinstance(v, ListedView) and v.schedule_id == paused
+            else v
+            for v in views
+        ]
+
+    monkeypatch.setattr(status_module, "listed_views", lagging)  # where status looks it up
+    await wait_for(lambda: _listed(client, set(two)), timeout=30, what="both schedules listed")
+
+    found = await status_module.status_rows(client, beats, recorded, now=_now())
+    rows = {r.schedule_id: r for r in found}
+
+    assert rows[paused].paused
+    assert rows[paused].paused_by == "operator"
+    assert rows[paused].health == "paused"
+
+
+async def test_status_judges_what_to_describe_and_each_health_at_one_time(
+    client: Client, pool: asyncpg.Pool, two: list[str]
+) -> None:
+    """A schedule that turns late between the choice of what to describe and the rows would
+    show late without the describe that finds its run going: both use the one `now`."""
+    due, _ = two
+    beats, recorded = await _deadline_in(pool, due, timedelta(minutes=1))
+    await wait_for(lambda: _listed(client, set(two)), timeout=30, what="both schedules listed")
+    now = _now()
+
+    found = await status_module.status_rows(client, beats, recorded, now=now)
+    rows = {r.schedule_id: r for r in found}
+
+    assert rows[due].now == now
+    assert rows[due].health == "ok"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
