@@ -15,6 +15,7 @@ The worker is `cronwarden worker`'s own (default settings: 10 concurrent runs).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import asyncpg
 from temporalio.client import Client
 
 import bench.jobs
+from bench.cpu import own_cpu, pid_cpu
 from bench.stack import BenchStack, run_alone
 from bench.stats import percentile
 from bench.table import Row
@@ -61,6 +63,10 @@ class Lags:
     expected: int
     phases: dict[str, list[float]]
     """Where the lag goes, phase by phase (seconds each), to tell Temporal's share from ours."""
+    server_cpu: float | None = None
+    """CPU seconds the Temporal server used over the window (None: procfs cannot tell)."""
+    worker_cpu: float | None = None
+    """CPU seconds this process (the worker and the measurement's polling) used over it."""
 
 
 # Each phase: from one recorded instant to the next.
@@ -79,7 +85,7 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
     pool = await worker_pool(stack.dsn_for("fire_lag"))
     try:
         drain = QUICK_DRAIN_TIMEOUT if quick else DRAIN_TIMEOUT
-        lags = await _run(stack.client, pool, schedules, seconds, drain)
+        lags = await _run(stack.client, pool, schedules, seconds, drain, stack.temporal.pid)
     finally:
         await pool.close()
     return rows(lags, schedules=schedules, seconds=seconds, quick=quick)
@@ -120,7 +126,31 @@ def rows(lags: Lags, *, schedules: int, seconds: float, quick: bool) -> list[Row
     )
     for name, _, _ in PHASES:
         out.append(Row(f"  {name}, p50 / p99", _p50_p99(lags.phases.get(name, []))))
+    out.extend(cpu_rows(lags, schedules=schedules, fires=ran))
     return out
+
+
+def cpu_rows(lags: Lags, *, schedules: int, fires: int) -> list[Row]:
+    """Where the machine's CPU went per fire, and the floor it sets: the server and the worker
+    share the machine's cores, so a burst cannot be through sooner than their CPU for it spread
+    over every core (less than that: the worker's share runs on one core, under one GIL)."""
+    cores = os.cpu_count() or 1
+    if lags.server_cpu is None or lags.worker_cpu is None or not fires:
+        return [
+            Row("Temporal server CPU per fire / worker CPU per fire", "-"),
+            Row(f"burst floor: server + worker CPU of {schedules} fires / {cores} cores", "-"),
+        ]
+    server, worker = lags.server_cpu / fires, lags.worker_cpu / fires
+    return [
+        Row(
+            "Temporal server CPU per fire / worker CPU per fire",
+            f"{server * 1000:.0f}ms / {worker * 1000:.0f}ms",
+        ),
+        Row(
+            f"burst floor: server + worker CPU of {schedules} fires / {cores} cores",
+            f"{(server + worker) * schedules / cores:.2f}s",
+        ),
+    ]
 
 
 def _p50_p99(values: list[float]) -> str:
@@ -130,7 +160,12 @@ def _p50_p99(values: list[float]) -> str:
 
 
 async def _run(
-    client: Client, pool: asyncpg.Pool, schedules: int, seconds: float, drain: float
+    client: Client,
+    pool: asyncpg.Pool,
+    schedules: int,
+    seconds: float,
+    drain: float,
+    server_pid: int | None,
 ) -> Lags:
     task_queue = f"bench-lag-{uuid.uuid4().hex[:8]}"
     async with bench_worker(client, pool, task_queue):
@@ -149,7 +184,12 @@ async def _run(
             # pause can drop a fire of the window that Temporal has yet to start.
             start = _next_boundary(datetime.now(UTC))
             end = start + timedelta(seconds=seconds // EVERY_SECONDS * EVERY_SECONDS)
+            # CPU is counted over the window only (not the apply before it): its fires and the
+            # runs still finishing from the fire before it.
+            await asyncio.sleep(max(0.0, (start - datetime.now(UTC)).total_seconds()))
+            server_before, worker_before = pid_cpu(server_pid), own_cpu()
             await asyncio.sleep(max(0.0, (end - datetime.now(UTC)).total_seconds()))
+            server_after, worker_after = pid_cpu(server_pid), own_cpu()
             expected = schedules * (int((end - start).total_seconds()) // EVERY_SECONDS + 1)
             records = await _drain(pool, ids, start, end, expected, drain)
         finally:
@@ -165,6 +205,12 @@ async def _run(
         job=[(r["job_started_at"] - r["fire_time"]).total_seconds() for r in records],
         own=[(r["committed_at"] - r["activity_started_at"]).total_seconds() for r in records],
         expected=expected,
+        server_cpu=(
+            server_after - server_before
+            if server_after is not None and server_before is not None
+            else None
+        ),
+        worker_cpu=worker_after - worker_before,
         phases={
             name: [
                 (i[to] - i[since]).total_seconds()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import resource
 import sys
 import time
 import uuid
@@ -49,6 +48,7 @@ from temporalio.worker import Worker
 
 import bench.jobs
 from bench.bare import BareInput, BareWorkflow, bare_noop
+from bench.cpu import own_cpu
 from bench.pgwire import RoundTripProxy, target_of
 from bench.stack import BenchStack, run_alone
 from bench.stats import median, ratio
@@ -138,9 +138,9 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
                     order = ("bare", "guarded") if r % 2 == 0 else ("guarded", "bare")
                     rates = {}
                     for kind in order:
-                        before = _process_cpu()
+                        before = own_cpu()
                         rates[kind] = await runner.burst(kind, runs)
-                        cpu[kind].append((_process_cpu() - before) / runs * 1000)
+                        cpu[kind].append((own_cpu() - before) / runs * 1000)
                     bare_rates.append(rates["bare"])
                     guarded_rates.append(rates["guarded"])
                     ratios.append(ratio(rates["guarded"], rates["bare"]))
@@ -182,11 +182,6 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
             met=None if quick else describes / ROUND_TRIP_RUNS <= DESCRIBE_GOAL,
         ),
     ]
-
-
-def _process_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 @contextlib.contextmanager

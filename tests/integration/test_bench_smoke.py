@@ -72,6 +72,8 @@ EXPECTED = {
         "fire lag to activity start, p50 / p99",
         "cronwarden's share: activity start to commit, p50 / p99",
         *(f"{phase}, p50 / p99" for phase, _, _ in PHASES),
+        "Temporal server CPU per fire / worker CPU per fire",
+        f"burst floor: server + worker CPU of 3 fires / {os.cpu_count() or 1} cores",
     ],
 }
 

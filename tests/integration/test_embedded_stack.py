@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import socket
 import subprocess
 import time
@@ -22,7 +23,11 @@ from temporalio.client import Client
 
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from cronwarden.embedded.processes import cmdline
-from cronwarden.embedded.temporal import SCHEDULER_START_RPS, SCHEDULER_START_RPS_KEY
+from cronwarden.embedded.temporal import (
+    SCHEDULER_START_RPS,
+    SCHEDULER_START_RPS_KEY,
+    SCHEDULER_WORKER_OPTIONS_KEY,
+)
 from cronwarden.errors import CronwardenError, PortInUse
 
 pytestmark = pytest.mark.integration
@@ -117,6 +122,23 @@ def test_temporal_runs_with_the_raised_scheduler_start_rate(temporal: EmbeddedTe
 
     assert ["--dynamic-config-value", setting] in [list(p) for p in itertools.pairwise(argv)]
     assert SCHEDULER_START_RPS >= 1000
+
+
+def test_temporal_runs_its_schedulers_with_more_pollers_and_a_longer_sticky_wait(
+    temporal: EmbeddedTemporal,
+) -> None:
+    # At the defaults a same-second burst timed scheduler tasks out of the sticky queue and
+    # replayed them from scratch: later fires each burst, and skip dropping fires.
+    assert temporal.pid is not None
+    values = [
+        v for k, v in itertools.pairwise(cmdline(temporal.pid)) if k == "--dynamic-config-value"
+    ]
+    options = [v for v in values if v.startswith(f"{SCHEDULER_WORKER_OPTIONS_KEY}=")]
+
+    assert len(options) == 1
+    parsed = json.loads(options[0].split("=", 1)[1])
+    assert parsed["MaxConcurrentWorkflowTaskPollers"] > 2
+    assert parsed["StickyScheduleToStartTimeout"] == "30s"
 
 
 async def test_temporal_with_a_db_file_keeps_a_namespace_across_a_restart(

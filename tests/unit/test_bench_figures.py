@@ -1,11 +1,15 @@
 from __future__ import annotations
 
 import math
+import os
 import struct
+import time
+from dataclasses import replace
 
 import pytest
 
-from bench.fire_lag import Lags, rows
+from bench.cpu import own_cpu, pid_cpu
+from bench.fire_lag import Lags, cpu_rows, rows
 from bench.guard_overhead import is_prepare, label_statement
 from bench.pgwire import WireReader, target_of, via_proxy
 from bench.stats import median, percentile, ratio
@@ -128,3 +132,28 @@ def test_fire_lag_prints_the_same_rows_when_nothing_ran() -> None:
     assert by_metric["fire lag to job start, p50 / p99"].met is False
     assert by_metric["cronwarden's share: activity start to commit, p50 / p99"].met is False
     assert by_metric["  activity waits for the worker, p50 / p99"].ours == "-"
+
+
+def test_fire_lag_cpu_rows_show_each_fires_share_and_the_floor_it_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    lags = Lags(activity=[], job=[], own=[], expected=0, phases={}, server_cpu=20.0, worker_cpu=5.0)
+    table = {row.metric: row.ours for row in cpu_rows(lags, schedules=100, fires=100)}
+    assert table["Temporal server CPU per fire / worker CPU per fire"] == "200ms / 50ms"
+    # 100 fires at 0.25 s of CPU each on one machine's 2 cores: the last cannot start
+    # before 12.5 s.
+    assert table["burst floor: server + worker CPU of 100 fires / 2 cores"] == "12.50s"
+    unknown = cpu_rows(replace(lags, server_cpu=None), schedules=100, fires=100)
+    assert [row.metric for row in unknown] == list(table)
+    assert all(row.ours == "-" for row in unknown)
+
+
+def test_cpu_of_a_process_read_from_procfs_matches_its_own_count() -> None:
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        pass  # burn CPU, so both counts are well above a clock tick
+    mine, read = own_cpu(), pid_cpu(os.getpid())
+    assert read is not None
+    assert abs(mine - read) < 0.05
+    assert pid_cpu(None) is None
