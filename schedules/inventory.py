@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.contract import ORPHAN_NOTE_PREFIX
 from cronwarden.errors import CronwardenError
 from cronwarden.times import utc_text
+from schedules import schedule_list
 from schedules.bounded import map_bounded
 from schedules.durations import format_duration
 from schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO
@@ -277,7 +278,10 @@ class ListedView:
 
 
 async def listed_views(
-    client: Client, definitions: Mapping[str, dict[str, Any]]
+    client: Client,
+    definitions: Mapping[str, dict[str, Any]],
+    *,
+    page_size: int = schedule_list.PAGE_SIZE,
 ) -> list[ScheduleView | ListedView]:
     """Every schedule of the namespace, in id order, from Temporal's paged schedule list (a
     handful of calls for ten thousand schedules, where a describe each took minutes).
@@ -291,26 +295,28 @@ async def listed_views(
     """
     found: list[ScheduleView | ListedView] = []
     to_describe: list[str] = []
-    async for listed in await client.list_schedules():
-        marker = await managed_marker(listed)
-        definition = definitions.get(listed.id) if marker is True else None
-        if listed.schedule is None or listed.info is None:
-            to_describe.append(listed.id)
-            continue
-        state = listed.schedule.state
-        found.append(
-            ListedView(
-                schedule_id=listed.id,
-                managed=marker is True,
-                definition=definition,
-                spec=spec_text(definition, listed.schedule.spec),
-                overlap=_definition_text(definition, "overlap"),
-                paused=state.paused,
-                note=state.note or None,
-                next_fire_times=list(listed.info.next_action_times),
-                memo_unreadable=marker is None,
+    async for page in schedule_list.list_pages(client, page_size=page_size):
+        markers = await schedule_list.managed_markers(client, page)
+        for entry, marker in zip(page, markers, strict=True):
+            if not entry.HasField("info"):
+                to_describe.append(entry.schedule_id)
+                continue
+            definition = definitions.get(entry.schedule_id) if marker is True else None
+            found.append(
+                ListedView(
+                    schedule_id=entry.schedule_id,
+                    managed=marker is True,
+                    definition=definition,
+                    spec=spec_text(None, schedule_list.listed_spec(entry))
+                    if definition is None
+                    else definition_spec_text(definition),
+                    overlap=_definition_text(definition, "overlap"),
+                    paused=entry.info.paused,
+                    note=entry.info.notes or None,
+                    next_fire_times=schedule_list.next_action_times(entry),
+                    memo_unreadable=marker is None,
+                )
             )
-        )
     for desc in await describe_many(client, to_describe):
         if desc is not None:
             found.append(await view(client, desc))
@@ -338,17 +344,7 @@ def spec_text(definition: dict[str, Any] | None, spec: ScheduleSpec) -> str:
     plain cron.
     """
     if definition is not None:
-        parts = _trigger_parts(definition)
-        if definition.get("start_at"):
-            parts.append(f"from {definition['start_at']}")
-        if definition.get("end_at"):
-            parts.append(f"until {definition['end_at']}")
-        skips = definition.get("exclude") or []
-        if skips:
-            parts.append("except " + ", ".join(_skip_text(s) for s in skips))
-        if definition.get("jitter"):
-            parts.append(f"jitter {_json_duration(definition['jitter'])}")
-        return "; ".join(parts) or "no spec"
+        return definition_spec_text(definition)
     parts = [f"cron {c}" for c in spec.cron_expressions]
     parts += [f"every {_duration_text(i.every)}" for i in spec.intervals]
     if spec.calendars:
@@ -361,6 +357,21 @@ def spec_text(definition: dict[str, Any] | None, spec: ScheduleSpec) -> str:
         parts.append(f"{len(spec.skip)} skip calendar(s)")
     if spec.jitter:
         parts.append(f"jitter {_duration_text(spec.jitter)}")
+    return "; ".join(parts) or "no spec"
+
+
+def definition_spec_text(definition: dict[str, Any]) -> str:
+    """The spec as the schedule file writes it."""
+    parts = _trigger_parts(definition)
+    if definition.get("start_at"):
+        parts.append(f"from {definition['start_at']}")
+    if definition.get("end_at"):
+        parts.append(f"until {definition['end_at']}")
+    skips = definition.get("exclude") or []
+    if skips:
+        parts.append("except " + ", ".join(_skip_text(s) for s in skips))
+    if definition.get("jitter"):
+        parts.append(f"jitter {_json_duration(definition['jitter'])}")
     return "; ".join(parts) or "no spec"
 
 

@@ -3,6 +3,8 @@ documented `--json` keys, display zones and one-sentence failures."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -17,6 +19,7 @@ from temporalio.client import Client
 
 from bench.rpc_calls import counting_rpcs
 from cronwarden.embedded import EmbeddedTemporal
+from schedules import schedule_list
 from schedules import status as status_module
 from schedules.apply import apply_definitions
 from schedules.inventory import ListedView, listed_views, schedule_ids
@@ -341,3 +344,56 @@ async def test_status_judges_what_to_describe_and_each_health_at_one_time(
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+async def test_listed_views_read_page_by_page_match_the_sdks_list(
+    client: Client, pool: asyncpg.Pool, two: list[str], task_queue: str
+) -> None:
+    """The list read ahead page by page, from its protobufs, shows what the SDK's own list
+    shows: every schedule once, its pause, note and next fires, managed or not."""
+    foreign = new_id("st-foreign")
+    await foreign_schedule(client, foreign, task_queue)
+    try:
+        await client.get_schedule_handle(two[0]).pause(note="paused by operator: paging")
+        async with pool.acquire() as conn:
+            recorded = await definitions.latest_all(conn)
+
+        async def settled() -> bool:
+            by_id = {d.id: d async for d in await client.list_schedules()}
+            mine = {*two, foreign}
+            if not mine <= set(by_id):
+                return False
+            schedule = by_id[two[0]].schedule
+            return schedule is not None and schedule.state.paused
+
+        await wait_for(settled, timeout=30, what="the schedules and the pause listed")
+        sdk = {d.id: d async for d in await client.list_schedules()}
+        views = await listed_views(client, recorded, page_size=1)  # one entry a page
+
+        assert [v.schedule_id for v in views] == sorted(sdk)
+        for v in views:
+            listed = sdk[v.schedule_id]
+            assert listed.schedule is not None and listed.info is not None
+            assert v.paused == listed.schedule.state.paused
+            assert v.note == listed.schedule.state.note
+            assert v.next_fire_times == list(listed.info.next_action_times)
+        by_id = {v.schedule_id: v for v in views}
+        assert by_id[two[0]].managed and by_id[two[0]].paused
+        assert by_id[two[0]].job == recorded[two[0]]["job"]
+        assert not by_id[foreign].managed
+        assert by_id[foreign].spec == "every 300d"
+    finally:
+        await client.get_schedule_handle(foreign).delete()
+
+
+async def test_a_reader_that_stops_early_leaves_no_page_request_behind(
+    client: Client, two: list[str]
+) -> None:
+    await wait_for(lambda: _listed(client, set(two)), timeout=30, what="both schedules listed")
+    before = {t for t in asyncio.all_tasks() if not t.done()}
+    async with contextlib.aclosing(schedule_list.list_pages(client, page_size=1)) as pages:
+        async for page in pages:
+            assert len(page) == 1
+            break  # the next page was already requested
+    left = {t for t in asyncio.all_tasks() if not t.done()} - before - {asyncio.current_task()}
+    assert not left

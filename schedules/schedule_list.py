@@ -1,0 +1,110 @@
+"""Temporal's schedule list, read page by page with the next page already on its way.
+
+`list` and `status` of ten thousand schedules spent about as long turning the list into rows
+as Temporal took to send it, one after the other: the SDK's iterator asks for a page only once
+the previous one is used up, and converts every field of every entry (each spec's calendars
+among them) whether it is shown or not. Here the next page is requested before the current one
+is handed out, so the two overlap, and entries stay protobufs: the caller reads the few fields
+it shows, and converts a spec only for a schedule that has no recorded definition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Sequence
+from datetime import UTC, datetime, timedelta
+
+from temporalio.api.common.v1 import Payload
+from temporalio.api.schedule.v1 import ScheduleListEntry
+from temporalio.api.workflowservice.v1 import ListSchedulesRequest, ListSchedulesResponse
+from temporalio.client import Client, ScheduleSpec
+
+from schedules.mapping import MANAGED_MEMO
+
+PAGE_SIZE = 1000
+"""Entries per ListSchedules call: the server's own cap for a page."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+async def list_pages(
+    client: Client, *, page_size: int = PAGE_SIZE
+) -> AsyncGenerator[Sequence[ScheduleListEntry], None]:
+    """Every page of the namespace's schedule list, each page's successor requested before
+    the page is yielded. A caller that stops early leaves no request behind."""
+
+    def request(token: bytes) -> asyncio.Task[ListSchedulesResponse]:
+        return asyncio.ensure_future(
+            client.workflow_service.list_schedules(
+                ListSchedulesRequest(
+                    namespace=client.namespace, maximum_page_size=page_size, next_page_token=token
+                ),
+                retry=True,
+            )
+        )
+
+    pending: asyncio.Task[ListSchedulesResponse] | None = request(b"")
+    try:
+        while pending is not None:
+            response = await pending
+            token = response.next_page_token
+            pending = request(token) if token else None
+            yield response.schedules
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+
+
+async def managed_markers(
+    client: Client, entries: Sequence[ScheduleListEntry]
+) -> list[bool | None]:
+    """For each entry, whether `apply` created it (None: its marker cannot be decoded), as
+    `inventory.managed_marker` says for one schedule, with the page's markers decoded in one
+    call. Only our own memo key is decoded: another team's keys may need a codec we lack."""
+    markers: list[bool | None] = [False] * len(entries)
+    indexed = [
+        (i, e.memo.fields[MANAGED_MEMO])
+        for i, e in enumerate(entries)
+        if MANAGED_MEMO in e.memo.fields
+    ]
+    if not indexed:
+        return markers
+    try:
+        values = await client.data_converter.decode([payload for _, payload in indexed])
+    except Exception:
+        # One unreadable marker fails the whole call: decode each alone, so only it is lost.
+        values = [await _decoded_or_unreadable(client, payload) for _, payload in indexed]
+    for (i, _), value in zip(indexed, values, strict=True):
+        markers[i] = (
+            None
+            if value is _UNREADABLE
+            else isinstance(value, dict) and value.get("managed") is True
+        )
+    return markers
+
+
+_UNREADABLE = object()
+
+
+async def _decoded_or_unreadable(client: Client, payload: Payload) -> object:
+    try:
+        return (await client.data_converter.decode([payload]))[0]
+    except Exception:  # an unknown encoding or a codec that refuses it: unreadable, not fatal
+        return _UNREADABLE
+
+
+def next_action_times(entry: ScheduleListEntry) -> list[datetime]:
+    """The listed next fire times, in UTC (microseconds, as the SDK gives them)."""
+    return [
+        _EPOCH + timedelta(seconds=t.seconds, microseconds=t.nanos // 1000)
+        for t in entry.info.future_action_times
+    ]
+
+
+def listed_spec(entry: ScheduleListEntry) -> ScheduleSpec:
+    """The entry's spec as the SDK's type, for a schedule shown by Temporal's spec (no recorded
+    definition): the SDK's own conversion, which its list iterator applies to every entry."""
+    return ScheduleSpec._from_proto(entry.info.spec)
