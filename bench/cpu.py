@@ -13,6 +13,12 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def children_cpu() -> float:
+    """Seconds of CPU this process's reaped children have used (user + system)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def pid_cpu(pid: int | None) -> float | None:
     """Seconds of CPU another process has used, or None where procfs cannot tell."""
     if pid is None:

@@ -17,12 +17,14 @@ import asyncio
 import json
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from statistics import median
 
 from temporalio.client import Client
 
 from bench.apply_scale import _delete_all, definitions
+from bench.cpu import children_cpu, pid_cpu
 from bench.rpc_calls import counting_rpcs
 from bench.stack import BenchStack, run_alone
 from bench.table import Row
@@ -54,8 +56,27 @@ def _minutely(schedule_id: str) -> ScheduleDefinition:
     )
 
 
-async def _timed_cli(stack: BenchStack, dsn: str, *args: str) -> tuple[float, int]:
-    """Wall time of one `cronwarden ...` run and how many schedules its JSON lists."""
+@dataclass(frozen=True)
+class CliRun:
+    seconds: float
+    schedules: int
+    """How many schedules its JSON lists."""
+    own_cpu: float
+    """CPU seconds of the `cronwarden` process itself."""
+    server_cpu: float | None
+    """CPU seconds the Temporal server used meanwhile (None: procfs cannot tell)."""
+
+    def text(self, noun: str) -> str:
+        server = "-" if self.server_cpu is None else f"{self.server_cpu:.1f} s"
+        return (
+            f"{self.seconds:.1f} s, {self.schedules:,} {noun} "
+            f"(CPU: cronwarden {self.own_cpu:.1f} s, Temporal {server})"
+        )
+
+
+async def _timed_cli(stack: BenchStack, dsn: str, *args: str) -> CliRun:
+    """One `cronwarden ...` run: its wall time and where the machine's CPU went meanwhile."""
+    server_before, children_before = pid_cpu(stack.temporal.pid), children_cpu()
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         *stack.python_argv("-m", "cronwarden", *args),
@@ -65,9 +86,20 @@ async def _timed_cli(stack: BenchStack, dsn: str, *args: str) -> tuple[float, in
     )
     out, err = await proc.communicate()
     elapsed = time.perf_counter() - started
+    server_after = pid_cpu(stack.temporal.pid)
     if proc.returncode != 0:
         raise RuntimeError(f"cronwarden {' '.join(args)} failed: {err.decode()[-2000:]}")
-    return elapsed, len(json.loads(out)["schedules"])
+    return CliRun(
+        seconds=elapsed,
+        schedules=len(json.loads(out)["schedules"]),
+        # Only this child is reaped meanwhile: the servers run until the stack stops.
+        own_cpu=children_cpu() - children_before,
+        server_cpu=(
+            server_after - server_before
+            if server_after is not None and server_before is not None
+            else None
+        ),
+    )
 
 
 async def _all_listed(client: Client, ids: set[str]) -> None:
@@ -149,8 +181,7 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
         await pool.close()
         await _delete_all(client, [planned.id, *(d.id for d in defs)])
 
-    list_s, listed = listing[0]
-    status_s, shown = status[0]
+    status_s = status[0].seconds
     plan_ratio = plan_many / plan_few
 
     def speed(metric: str, ours: str, goal: str, met: bool, **more: str) -> Row:
@@ -172,7 +203,7 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
         ),
         Row(
             metric=f"{count:,} schedules: `schedules list --json` (1 run)",
-            ours=f"{list_s:.1f} s, {listed:,} listed",
+            ours=listing[0].text("listed"),
         ),
         # Where list's and status's time goes: Temporal's paged ListSchedules, in process.
         Row(
@@ -181,7 +212,7 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
         ),
         speed(
             f"{count:,} schedules: `status --json` (1 run)",
-            f"{status_s:.1f} s, {shown:,} rows",
+            status[0].text("rows"),
             f"< {STATUS_GOAL_S:g} s",
             status_s < STATUS_GOAL_S,
         ),

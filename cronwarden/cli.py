@@ -19,6 +19,7 @@ from cronwarden.cli_support import duration_flag, load_settings, out, run_comman
 from cronwarden.config import DEV_STATE_DIR
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import configure as configure_logging
+from cronwarden.memory import limit_malloc_arenas
 from monitor.cli import monitor_command
 from schedules.backfill_cli import audit_command, backfill_app
 from schedules.cli import schedules_app, status_command
@@ -185,6 +186,8 @@ def command() -> TyperGroup:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # First, before the SDK's native threads or any command's threads allocate.
+    limit_malloc_arenas()
     try:
         command()(args=argv)
         code = 0
