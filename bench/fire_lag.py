@@ -67,6 +67,9 @@ class Lags:
     """CPU seconds the Temporal server used over the window (None: procfs cannot tell)."""
     worker_cpu: float | None = None
     """CPU seconds this process (the worker and the measurement's polling) used over it."""
+    cpu_fires: int = 0
+    """The fires that CPU was spent on: those before the window's end (the fire at its end is
+    run after the CPU was read)."""
 
 
 # Each phase: from one recorded instant to the next.
@@ -126,7 +129,7 @@ def rows(lags: Lags, *, schedules: int, seconds: float, quick: bool) -> list[Row
     )
     for name, _, _ in PHASES:
         out.append(Row(f"  {name}, p50 / p99", _p50_p99(lags.phases.get(name, []))))
-    out.extend(cpu_rows(lags, schedules=schedules, fires=ran))
+    out.extend(cpu_rows(lags, schedules=schedules, fires=lags.cpu_fires))
     return out
 
 
@@ -211,6 +214,7 @@ async def _run(
             else None
         ),
         worker_cpu=worker_after - worker_before,
+        cpu_fires=sum(1 for r in records if r["fire_time"] < end),
         phases={
             name: [
                 (i[to] - i[since]).total_seconds()

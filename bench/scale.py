@@ -14,6 +14,7 @@ they do not load later measurements.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -34,6 +35,7 @@ from schedules.apply import UNCHANGED, apply_definitions
 from schedules.backfill import plan_window
 from schedules.inventory import schedule_ids
 from schedules.model import ScheduleDefinition
+from schedules.schedule_list import list_pages
 from schedules.window import Window
 from store.pool import create_pool
 
@@ -171,7 +173,10 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
 
         await _all_listed(client, {d.id for d in defs})
         started = time.perf_counter()
-        await schedule_ids(client)
+        # The pages alone, as list and status read them (read ahead, left as protobufs).
+        async with contextlib.aclosing(list_pages(client)) as pages:
+            async for _ in pages:
+                pass
         list_rpc = time.perf_counter() - started
         listing = [await _timed_cli(stack, dsn, "schedules", "list", "--json")]
         status = [await _timed_cli(stack, dsn, "status", "--json")]

@@ -18,12 +18,15 @@ _M_ARENA_MAX = -8  # glibc's malloc.h
 
 def limit_malloc_arenas(arenas: int = ARENAS) -> bool:
     """Cap the arenas before any thread allocates; True if glibc took it. An explicit
-    MALLOC_ARENA_MAX wins, and a libc without mallopt (musl, macOS) is left as it is."""
-    if os.environ.get("MALLOC_ARENA_MAX"):
+    MALLOC_ARENA_MAX (or its glibc tunable) wins, and a libc without mallopt (musl, macOS,
+    Windows) is left as it is."""
+    if os.environ.get("MALLOC_ARENA_MAX") or "malloc.arena_max" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # TypeError: Windows takes no CDLL(None)
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int

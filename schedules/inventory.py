@@ -6,12 +6,14 @@ creation). Everything else is listed as unmanaged and never changed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
+from temporalio.api.schedule.v1 import ScheduleListEntry
 from temporalio.client import (
     Client,
     ScheduleActionExecutionStartWorkflow,
@@ -295,32 +297,39 @@ async def listed_views(
     """
     found: list[ScheduleView | ListedView] = []
     to_describe: list[str] = []
-    async for page in schedule_list.list_pages(client, page_size=page_size):
-        markers = await schedule_list.managed_markers(client, page)
-        for entry, marker in zip(page, markers, strict=True):
-            if not entry.HasField("info"):
-                to_describe.append(entry.schedule_id)
-                continue
-            definition = definitions.get(entry.schedule_id) if marker is True else None
-            found.append(
-                ListedView(
-                    schedule_id=entry.schedule_id,
-                    managed=marker is True,
-                    definition=definition,
-                    spec=spec_text(None, schedule_list.listed_spec(entry))
-                    if definition is None
-                    else definition_spec_text(definition),
-                    overlap=_definition_text(definition, "overlap"),
-                    paused=entry.info.paused,
-                    note=entry.info.notes or None,
-                    next_fire_times=schedule_list.next_action_times(entry),
-                    memo_unreadable=marker is None,
-                )
-            )
+    # Closed on the way out whatever happens, so no page request outlives the listing.
+    pages = contextlib.aclosing(schedule_list.list_pages(client, page_size=page_size))
+    async with pages as reader:
+        async for page in reader:
+            markers = await schedule_list.managed_markers(client, page)
+            for entry, marker in zip(page, markers, strict=True):
+                if entry.HasField("info"):
+                    found.append(_listed_view(entry, marker, definitions))
+                else:
+                    to_describe.append(entry.schedule_id)
     for desc in await describe_many(client, to_describe):
         if desc is not None:
             found.append(await view(client, desc))
     return sorted(found, key=lambda v: v.schedule_id)
+
+
+def _listed_view(
+    entry: ScheduleListEntry, marker: bool | None, definitions: Mapping[str, dict[str, Any]]
+) -> ListedView:
+    definition = definitions.get(entry.schedule_id) if marker is True else None
+    return ListedView(
+        schedule_id=entry.schedule_id,
+        managed=marker is True,
+        definition=definition,
+        spec=spec_text(None, schedule_list.listed_spec(entry))
+        if definition is None
+        else definition_spec_text(definition),
+        overlap=_definition_text(definition, "overlap"),
+        paused=entry.info.paused,
+        note=entry.info.notes or None,
+        next_fire_times=schedule_list.next_action_times(entry),
+        memo_unreadable=marker is None,
+    )
 
 
 def _definition_text(definition: dict[str, Any] | None, key: str) -> str | None:

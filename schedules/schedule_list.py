@@ -11,7 +11,6 @@ it shows, and converts a spec only for a schedule that has no recorded definitio
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncGenerator, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -54,8 +53,11 @@ async def list_pages(
     finally:
         if pending is not None:
             pending.cancel()
-            with contextlib.suppress(BaseException):
-                await pending
+            # Wait for it to end without taking its outcome: a cancellation of this reader
+            # itself must still reach the reader's caller.
+            await asyncio.wait([pending])
+            if not pending.cancelled():
+                pending.exception()  # retrieved, so asyncio does not log it as never retrieved
 
 
 async def managed_markers(
@@ -72,11 +74,15 @@ async def managed_markers(
     ]
     if not indexed:
         return markers
+    payloads = [payload for _, payload in indexed]
     try:
-        values = await client.data_converter.decode([payload for _, payload in indexed])
+        values = await client.data_converter.decode(payloads)
     except Exception:
-        # One unreadable marker fails the whole call: decode each alone, so only it is lost.
-        values = [await _decoded_or_unreadable(client, payload) for _, payload in indexed]
+        values = []
+    if len(values) != len(payloads):
+        # One unreadable marker fails the whole call (and a codec may hand back fewer payloads
+        # than it was given): decode each alone, so only an unreadable one is lost.
+        values = [await _decoded_or_unreadable(client, payload) for payload in payloads]
     for (i, _), value in zip(indexed, values, strict=True):
         markers[i] = (
             None

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from cronwarden.memory import ARENAS
+from cronwarden import cli
+from cronwarden.memory import ARENAS, limit_malloc_arenas
 
 pytestmark = pytest.mark.skipif(
     platform.system() != "Linux" or not platform.libc_ver()[0].startswith("glibc"),
@@ -52,8 +53,28 @@ def test_threads_allocating_at_once_share_the_capped_arenas() -> None:
     assert 1 <= arenas("limit") <= ARENAS
 
 
-def test_an_explicit_malloc_arena_max_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cronwarden.memory import limit_malloc_arenas
-
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("MALLOC_ARENA_MAX", "4"), ("GLIBC_TUNABLES", "glibc.malloc.arena_max=4")],
+)
+def test_an_explicit_arena_setting_wins(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
     assert limit_malloc_arenas() is False
+
+
+def test_every_command_caps_the_arenas_before_it_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def cap() -> bool:
+        calls.append("cap")
+        return True
+
+    monkeypatch.setattr(cli, "limit_malloc_arenas", cap)
+    monkeypatch.setattr(cli, "command", lambda: lambda args: calls.append("command"))
+    monkeypatch.setattr(cli, "leave", lambda code: calls.append(f"leave {code}"))
+
+    cli.main(["status"])
+
+    assert calls == ["cap", "command", "leave 0"]
