@@ -19,7 +19,6 @@ from temporalio.client import (
     ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
     ScheduleDescription,
-    ScheduleListDescription,
     ScheduleOverlapPolicy,
     ScheduleSpec,
 )
@@ -31,7 +30,7 @@ from cronwarden.times import utc_text
 from schedules import schedule_list
 from schedules.bounded import map_bounded
 from schedules.durations import format_duration
-from schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO
+from schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO, marks_managed
 
 # How many ids an "unknown schedule" error lists before it says "…".
 _KNOWN_SHOWN = 10
@@ -101,25 +100,20 @@ class ScheduleView:
         return self.paused and (self.note or "").startswith(ORPHAN_NOTE_PREFIX)
 
 
-async def managed_marker(desc: ScheduleDescription | ScheduleListDescription) -> bool | None:
+async def managed_marker(desc: ScheduleDescription) -> bool | None:
     """Whether `apply` created the schedule; None when its marker cannot be decoded.
 
     Only our own key is decoded: another team's memo keys may use an encoding (their codec)
-    that this process cannot read, and must not make listing fail. A listed schedule carries
-    the same schedule-level memo as a described one.
+    that this process cannot read, and must not make listing fail. The list's entries carry
+    the same schedule-level memo (`schedule_list.managed_markers`).
     """
-    memo = (
-        desc.raw_entry.memo
-        if isinstance(desc, ScheduleListDescription)
-        else desc.raw_description.memo
-    )
-    if MANAGED_MEMO not in memo.fields:
+    if MANAGED_MEMO not in desc.raw_description.memo.fields:
         return False
     try:
         value = await desc.memo_value(MANAGED_MEMO)
     except Exception:  # an unknown encoding or a codec that refuses it: unreadable, not fatal
         return None
-    return isinstance(value, dict) and value.get("managed") is True
+    return marks_managed(value)
 
 
 async def is_managed(desc: ScheduleDescription) -> bool:

@@ -26,6 +26,13 @@ from workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
 # Schedule-level memo marking what cronwarden created (set once, at creation).
 MANAGED_MEMO = "cronwarden"
+
+
+def marks_managed(value: object) -> bool:
+    """Whether a decoded MANAGED_MEMO value says `apply` created the schedule."""
+    return isinstance(value, dict) and value.get("managed") is True
+
+
 # Action-level memo (updatable with the schedule): the definition we applied and its digest.
 # Temporal turns cron strings into calendars, so comparing specs with what describe returns would
 # report changes that are not; comparing our own digest is exact.

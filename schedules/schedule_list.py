@@ -19,7 +19,7 @@ from temporalio.api.schedule.v1 import ScheduleListEntry
 from temporalio.api.workflowservice.v1 import ListSchedulesRequest, ListSchedulesResponse
 from temporalio.client import Client, ScheduleSpec
 
-from schedules.mapping import MANAGED_MEMO
+from schedules.mapping import MANAGED_MEMO, marks_managed
 
 PAGE_SIZE = 1000
 """Entries per ListSchedules call: the server's own cap for a page."""
@@ -84,11 +84,7 @@ async def managed_markers(
         # than it was given): decode each alone, so only an unreadable one is lost.
         values = [await _decoded_or_unreadable(client, payload) for payload in payloads]
     for (i, _), value in zip(indexed, values, strict=True):
-        markers[i] = (
-            None
-            if value is _UNREADABLE
-            else isinstance(value, dict) and value.get("managed") is True
-        )
+        markers[i] = None if value is _UNREADABLE else marks_managed(value)
     return markers
 
 
