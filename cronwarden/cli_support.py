@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import os
 import re
@@ -53,9 +54,37 @@ class _Console(Console):
             os.dup2(devnull, self.file.fileno())
             os.close(devnull)
 
+    def write_text(self, text: str) -> None:
+        """Plain text straight to the stream, past rich's renderer, which parses and styles
+        every token (seconds for a large JSON document), yet blanked of secrets and quiet
+        after a broken pipe like every print."""
+        if self.quiet:
+            return
+        try:
+            self.file.write(redact(text))
+            # Flushed now so a reader that left fails this write, not the interpreter's exit.
+            self.file.flush()
+        except BrokenPipeError:
+            self.on_broken_pipe()
+
 
 out = _Console(highlight=False, soft_wrap=True)
 err = _Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def emit_json(data: Any) -> None:
+    """A `--json` document: exactly `rich.print_json`'s text (indent 2, no ASCII escapes),
+    without its cost; never highlighted, for colour codes would break the scripts reading it."""
+    out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def print_wide(renderable: Any) -> None:
+    """A table, each row on one line: off a terminal (a pipe, a log) rich would squeeze it into
+    80 columns."""
+    if out.is_terminal:
+        out.print(renderable)
+    else:
+        _Console(file=out.file, width=400, highlight=False).print(renderable)
 
 
 def load_settings() -> Settings:

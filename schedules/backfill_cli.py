@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
@@ -12,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cronwarden.cli_support import duration_flag, err, load_settings, out, run_command
+from cronwarden.cli_support import (
+    duration_flag,
+    emit_json,
+    err,
+    load_settings,
+    out,
+    run_command,
+)
 from cronwarden.errors import EXIT_FAILED, CronwardenError, InvalidInput
 from schedules.window import Window, make_window, parse_instant, parse_since
 
@@ -83,7 +89,7 @@ def _print_json(data: dict[str, Any]) -> None:
     # parses and highlights every JSON token (seconds for 25,600 keys).
     from schedules.json_stream import dump
 
-    dump(data, out.file.write)
+    dump(data, out.write_text)
 
 
 # Lines written per call: one write per key is slow, one string of every key is a year's text.
@@ -97,9 +103,9 @@ def _print_lines(lines: Iterable[str]) -> None:
     for line in lines:
         chunk.append(f"{line}\n")
         if len(chunk) >= _LINES_PER_WRITE:
-            out.file.write("".join(chunk))
+            out.write_text("".join(chunk))
             chunk.clear()
-    out.file.write("".join(chunk))
+    out.write_text("".join(chunk))
 
 
 def _print_plan(p: Plan, requested: Window, *, keys: bool) -> None:
@@ -171,14 +177,14 @@ def backfill_run(
                 return 0
             if not p.missing:
                 if as_json:
-                    out.print_json(json.dumps(_run_json(p, None)))
+                    emit_json(_run_json(p, None))
                 else:
                     out.print("nothing to replay")
                 return 0
             _confirm(len(p.missing), yes)
             summary = await _replay_with_progress(ctx, p, concurrency, lock_wait)
         if as_json:
-            out.print_json(json.dumps(_run_json(p, summary)))
+            emit_json(_run_json(p, summary))
         else:
             counts = summary.counts
             out.print(", ".join(f"{name} {n}" for name, n in counts.items()))

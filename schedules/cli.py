@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cronwarden.cli_support import load_settings, out, run_command
+from cronwarden.cli_support import emit_json, load_settings, out, print_wide, run_command
 from cronwarden.errors import InvalidInput
 from cronwarden.times import utc_text
 
@@ -42,11 +41,6 @@ HEALTH_STYLE = {
     "overdue": "bold red",
     "paused": "cyan",
 }
-
-
-def emit_json(data: Any) -> None:
-    # Plain text, never highlighted: scripts parse it, and colour codes would break them.
-    out.print_json(data=data, highlight=False)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -203,7 +197,7 @@ def schedules_list(as_json: JsonOption = False) -> None:
                 escape(f"yes: {v.note}" if v.paused and v.note else "yes" if v.paused else "no"),
                 _iso(v.next_fire_times[0]) if v.next_fire_times else "-",
             )
-        _print_table(table)
+        print_wide(table)
 
     run_command(go)
 
@@ -557,7 +551,7 @@ def _print_status(
             f"[bold red]open system incident #{system_incident['id']}[/]: "
             f"{escape(system_incident['summary'])}"
         )
-    _print_table(table)
+    print_wide(table)
     if dead:
         # Pages that never reached a sink: someone must look, the monitor will not retry them.
         out.print(f"[bold red]{len(dead)} notification(s) could not be delivered[/] (last 7 days):")
@@ -574,12 +568,3 @@ def _counters_text(row: StatusRow) -> str:
 def _clip(text: str, limit: int) -> str:
     # The table stays scannable; `status --json` and `schedules describe` carry the full text.
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _print_table(table: Table) -> None:
-    # Off a terminal (a pipe, a log, a README transcript) rich would squeeze the table into 80
-    # columns; give it room so each row stays one line.
-    if out.is_terminal:
-        out.print(table)
-    else:
-        Console(file=out.file, width=400, highlight=False).print(table)
