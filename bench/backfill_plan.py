@@ -11,9 +11,10 @@ One paused minutely schedule (on a task queue no worker polls); the outbox seede
   and `audit --json`, through `bench.cli_unclamped`, which only moves the schedule's creation
   a year back so the window is not clamped away): wall time from exec to exit, interpreter
   start and imports included, beside Temporal's matching times alone;
-- each subprocess's peak RSS (the kernel's ru_maxrss from wait4), beside `backfill plan
-  --json` over one hour of the same schedule: the process's own size, which the window adds
-  to. The outputs are written as they are formatted, so a year's keys should add little;
+- each subprocess's peak RSS (its own VmHWM, written as it exits: bench/cpu.py says why not
+  wait4's), beside `backfill plan --json` over one hour of the same schedule: the process's
+  own size, which the window adds to. The outputs are written as they are formatted, so a
+  year's keys should add little;
 - the same for the largest document, `backfill run --dry-run --json` of a schedule with no
   outbox record at all: every key of the year and the workflow id of each.
 
@@ -29,9 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
-import threading
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -137,26 +136,29 @@ class CliRun:
 
 def _run_cli(argv: list[str], env: dict[str, str], out: Path, errors: Path) -> CliRun:
     """Run the command to its exit; blocking, so it runs in a thread."""
-    # stderr goes to a file, not a pipe: nobody reads a pipe while wait4 blocks, and a chatty
+    peak_file = out.with_suffix(".peak-rss")
+    peak_file.unlink(missing_ok=True)
+    # stderr goes to a file, not a pipe: nobody reads a pipe while wait blocks, and a chatty
     # child would fill it and hang.
     with out.open("wb") as stdout, errors.open("wb") as stderr:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, env=env, stdout=stdout, stderr=stderr)
-        # wait4 has no timeout: a child that hangs is killed, and wait4 then returns.
-        killer = threading.Timer(CLI_TIMEOUT, proc.kill)
-        killer.start()
+        proc = subprocess.Popen(
+            argv, env=env | {"BENCH_PEAK_RSS_FILE": str(peak_file)}, stdout=stdout, stderr=stderr
+        )
         try:
-            # wait4, not wait: the rusage of this child alone (RUSAGE_CHILDREN would mix in
-            # every child this process ever waited for).
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            killer.cancel()
+            proc.wait(timeout=CLI_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         seconds = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[1:])} exited {proc.returncode}: {errors.read_text()}")
-    # ru_maxrss is in KiB on Linux.
-    return CliRun(seconds, usage.ru_maxrss / 1024, out.read_text())
+    # The child's own figure (bench.cli_unclamped): wait4's ru_maxrss would carry this
+    # process's peak into the child's.
+    peak = peak_file.read_text().strip()
+    if peak == "None":
+        raise RuntimeError("the command could not read its own peak RSS (no /proc/self/status)")
+    return CliRun(seconds, float(peak), out.read_text())
 
 
 @dataclass(frozen=True)

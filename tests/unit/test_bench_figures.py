@@ -3,15 +3,18 @@ from __future__ import annotations
 import math
 import os
 import struct
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
 import pytest
 
-from bench.cpu import own_cpu, pid_cpu
+from bench.cpu import own_cpu, own_peak_rss_mib, pid_cpu
 from bench.fire_lag import Lags, cpu_rows, rows
 from bench.guard_overhead import is_prepare, label_statement
 from bench.pgwire import WireReader, target_of, via_proxy
+from bench.stack import REPO_ROOT
 from bench.stats import median, percentile, ratio
 
 
@@ -157,3 +160,33 @@ def test_cpu_of_a_process_read_from_procfs_matches_its_own_count() -> None:
     assert read is not None
     assert abs(mine - read) < 0.05
     assert pid_cpu(None) is None
+
+
+# A parent holding 200 MiB spawns a child that allocates nothing much: the child's own peak is
+# what the backfill bench reports, since wait4 carries the parent's peak into the child's.
+_PARENT_OF_A_SMALL_CHILD = """
+import os, subprocess, sys
+held = bytearray(200 * 1024 * 1024)
+held[::4096] = b"x" * len(held[::4096])
+child = subprocess.Popen(
+    [sys.executable, "-c", "from bench.cpu import own_peak_rss_mib; print(own_peak_rss_mib())"],
+    stdout=subprocess.PIPE, text=True,
+)
+own = float(child.stdout.read())
+_, _, usage = os.wait4(child.pid, 0)
+print(own, usage.ru_maxrss / 1024)
+"""
+
+
+def test_a_childs_peak_memory_is_its_own_not_its_parents() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _PARENT_OF_A_SMALL_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=os.environ | {"PYTHONPATH": str(REPO_ROOT)},
+    )
+    own, by_wait4 = (float(v) for v in done.stdout.split())
+    assert own < 100 and by_wait4 >= 200
+    assert (own_peak_rss_mib() or 0) > 0
