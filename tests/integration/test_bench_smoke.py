@@ -65,6 +65,8 @@ EXPECTED = {
         "30 schedules: `status --json` (1 run)",
         "30 schedules: one monitor pass over their heartbeats",
         "`backfill plan` of one schedule (1 day, minutely) with 30 others",
+        "Temporal's matching times of that plan alone, with 30 others",
+        "Postgres: definition history and outbox per page of that plan alone, with 30 others",
     ],
     "fire_lag": [
         "fires run (3 schedules every 10s for 20s)",
