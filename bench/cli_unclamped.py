@@ -29,8 +29,10 @@ def _leave_writing_peak_rss(path: Path) -> Callable[[int], NoReturn]:
     def leave_after_writing(code: int) -> NoReturn:
         # After the command's last output, as it ends: the peak is what the whole run reached.
         # (The command leaves through os._exit, so atexit would never run.)
-        path.write_text(f"{own_peak_rss_mib()}\n")
-        leave(code)
+        try:
+            path.write_text(f"{own_peak_rss_mib()}\n")
+        finally:
+            leave(code)
 
     return leave_after_writing
 

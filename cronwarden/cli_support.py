@@ -28,7 +28,7 @@ from cronwarden.config import (
     settings_error_message,
 )
 from cronwarden.errors import CronwardenError, DatabaseUnreachable, InvalidInput
-from cronwarden.redact import redact
+from cronwarden.redact import redact, redact_value
 from schedules.durations import parse_duration
 
 T = TypeVar("T")
@@ -75,7 +75,9 @@ err = _Console(stderr=True, highlight=False, soft_wrap=True)
 def emit_json(data: Any) -> None:
     """A `--json` document: exactly `rich.print_json`'s text (indent 2, no ASCII escapes),
     without its cost; never highlighted, for colour codes would break the scripts reading it."""
-    out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    # Secrets are blanked in the values first: one holding a quote or a backslash would no
+    # longer match once JSON escaped it.
+    out.write_text(json.dumps(redact_value(data), indent=2, ensure_ascii=False) + "\n")
 
 
 def print_wide(renderable: Any) -> None:
@@ -83,8 +85,11 @@ def print_wide(renderable: Any) -> None:
     80 columns."""
     if out.is_terminal:
         out.print(renderable)
-    else:
-        _Console(file=out.file, width=400, highlight=False).print(renderable)
+        return
+    wide = _Console(file=out.file, width=400, highlight=False, quiet=out.quiet)
+    wide.print(renderable)
+    # A reader that went away during the table silences what the command prints after it too.
+    out.quiet = wide.quiet
 
 
 def load_settings() -> Settings:

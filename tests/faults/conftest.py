@@ -9,12 +9,13 @@ to these servers.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 
 import pytest
 
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
 from tests.faults.one_key import one_key  # noqa: F401  (fixture for the scenarios)
-from tests.faults.tally import FaultRow, render, scenario_order
+from tests.faults.tally import FAULT_ROW_PROPERTY, FaultRow
 from tests.faults.worker_process import start_worker  # noqa: F401  (fixture for the scenarios)
 from tests.integration.conftest import (  # noqa: F401  (fixtures, re-bound to the servers below)
     cli_env,
@@ -28,8 +29,6 @@ from tests.integration.conftest import (  # noqa: F401  (fixtures, re-bound to t
     template_db,
     worker,
 )
-
-_ROWS: list[FaultRow] = []
 
 
 @pytest.fixture(scope="session")
@@ -45,15 +44,13 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedd
 
 
 @pytest.fixture
-def fault_table() -> list[FaultRow]:
-    """Append one row per injected fault, before asserting anything."""
-    return _ROWS
+def fault_table(request: pytest.FixtureRequest) -> Iterator[list[FaultRow]]:
+    """Append one row per injected fault, before asserting anything.
 
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not _ROWS:
-        return
-    terminalreporter.section("fault suite")
-    # Scenario order (1a, 1b, 2a, ... 9), whatever order the files ran in.
-    for line in render(sorted(_ROWS, key=scenario_order)).splitlines():
-        terminalreporter.write_line(line)
+    The rows leave with the test's report (its user properties), so the table is printed by
+    the process that prints the summary, also when the tests ran in worker processes.
+    """
+    rows: list[FaultRow] = []
+    yield rows
+    for row in rows:
+        request.node.user_properties.append((FAULT_ROW_PROPERTY, asdict(row)))

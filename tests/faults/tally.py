@@ -13,6 +13,10 @@ from typing import Any
 
 from tests.support.table import markdown_table
 
+FAULT_ROW_PROPERTY = "fault_row"
+"""The name a fault row travels under in a test report's user properties (tests/conftest.py
+gathers them into the table)."""
+
 COLUMNS = (
     "scenario",
     "fires expected",

@@ -51,10 +51,19 @@ def test_a_json_document_never_shows_a_secret(
     printed: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(redact, "_secrets", ())
-    redact.remember(["hunter2-webhook-token"])
-    cli_support.emit_json({"sink": "https://hooks.example/hunter2-webhook-token"})
-    assert "hunter2" not in printed.getvalue()
-    assert json.loads(printed.getvalue()) == {"sink": f"https://hooks.example/{MASK}"}
+    # The second holds characters JSON escapes: it must be blanked before it is escaped.
+    redact.remember(["hunter2-webhook-token", 'pa"ss\\w0rd'])
+    cli_support.emit_json(
+        {
+            "sink": "https://hooks.example/hunter2-webhook-token",
+            "dsn": 'postgresql://a:pa"ss\\w0rd@db',
+        }
+    )
+    assert "hunter2" not in printed.getvalue() and "w0rd" not in printed.getvalue()
+    assert json.loads(printed.getvalue()) == {
+        "sink": f"https://hooks.example/{MASK}",
+        "dsn": f"postgresql://a:{MASK}@db",
+    }
 
 
 def test_a_wide_table_off_a_terminal_keeps_each_row_on_one_line_and_no_secret(
