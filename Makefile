@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CHECKOV := checkov==3.3.30
 
-.PHONY: dev test lint typecheck unit faults soak bench clean-state
+.PHONY: dev test docs schema lint typecheck unit faults soak bench clean-state
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cronwarden needs Python >= 3.11")'
@@ -34,7 +34,8 @@ TEST_WORKERS ?= 4
 test: $(STAMP) $(CHECKOV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy .
+	$(BIN)/mypy
+	$(MAKE) --no-print-directory docs
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 unit: $(STAMP) $(CHECKOV_STAMP)
@@ -42,7 +43,7 @@ unit: $(STAMP) $(CHECKOV_STAMP)
 
 # The fault suite alone (it is part of `make test` too).
 faults: $(STAMP)
-	$(BIN)/pytest tests/faults $(PYTEST_ARGS)
+	$(BIN)/pytest tests/faults --fault-results tests/faults/RESULTS.md $(PYTEST_ARGS)
 
 # Minutes of random faults on its own servers (not part of `make test`, which runs its 30 s
 # form): `make soak ARGS="--seed 123 --duration 180"` replays a printed seed's fault plan.
@@ -53,12 +54,21 @@ soak: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
 
+# Rewrites store/schema.sql from what the migrations build (commit it with the migration).
+schema: $(STAMP)
+	WRITE_SCHEMA_SNAPSHOT=1 $(BIN)/pytest -q tests/integration/test_migrations.py -k snapshot
+
+# The documentation site, into .cronwarden/site: a broken link, anchor or included file fails.
+# `$(BIN)/mkdocs serve` shows it while you write.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy .
+	$(BIN)/mypy
 
 clean-state:
 	rm -rf .cronwarden

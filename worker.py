@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cronwarden.cli import main
+from cronwarden.cli.app import main
 
 if __name__ == "__main__":
     main(["worker"])

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from activities.jobs import REGISTRY, JobContext, JobSpec, job
+from cronwarden.activities.jobs import REGISTRY, JobContext, JobSpec, job
 
 __all__ = ["REGISTRY", "JobContext", "JobSpec", "job"]

@@ -14,7 +14,7 @@ import asyncpg
 import structlog
 from temporalio import activity
 
-from store.runs import SET_MARKER
+from cronwarden.store.runs import SET_MARKER
 
 _CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 

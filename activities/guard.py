@@ -21,9 +21,9 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import next_fires
-from activities.context import RunContext
-from activities.contract import (
+from cronwarden.activities import next_fires
+from cronwarden.activities.context import RunContext
+from cronwarden.activities.contract import (
     ALREADY_DONE,
     COMMIT_FAILED,
     INVALID_ARGS,
@@ -43,12 +43,12 @@ from activities.contract import (
     RunOutcome,
     parse_fire_time,
 )
-from activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
-from activities.lease import LeaseRequest, acquire_lease
+from cronwarden.activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
+from cronwarden.activities.lease import LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
-from store import heartbeats, locks, outbox
-from store.pool import own_statements
-from store.runs import CommitOutcome, CommitRecord, commit_run
+from cronwarden.store import heartbeats, locks, outbox
+from cronwarden.store.pool import own_statements
+from cronwarden.store.runs import CommitOutcome, CommitRecord, commit_run
 
 # Temporal heartbeats go out this often while a run holds its lease; the workflow's heartbeat
 # timeout is a few times larger, so a dead worker is noticed in seconds, not at the timeout.

@@ -8,6 +8,7 @@ fencing check, the outbox record and the heartbeat commit with those writes or n
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -151,6 +152,18 @@ def import_job_modules(modules: list[str]) -> JobRegistry:
             # configuration problem to report in one sentence, not a traceback.
             raise InvalidInput(
                 f"cannot import job module '{module}' named in CRONWARDEN_JOBS: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}{_installed_name_hint(module, exc)}"
             ) from exc
     return REGISTRY
+
+
+def _installed_name_hint(module: str, exc: Exception) -> str:
+    """Settings written before cronwarden had one import name say `examples.ledger`; the module
+    is `cronwarden.examples.ledger` now. Only a module that really exists there is suggested."""
+    if not isinstance(exc, ModuleNotFoundError) or module.startswith("cronwarden."):
+        return ""
+    try:
+        found = importlib.util.find_spec(f"cronwarden.{module}") is not None
+    except ImportError:
+        found = False
+    return f" (did you mean 'cronwarden.{module}'?)" if found else ""

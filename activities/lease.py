@@ -21,8 +21,8 @@ from typing import Any
 
 import asyncpg
 
-from store import locks
-from store.pool import own_statements
+from cronwarden.store import locks
+from cronwarden.store.pool import own_statements
 
 # How often a queued run asks for the lease again; its place in the queue outlives this many
 # missed polls, so a run that died stops blocking the queue within seconds.

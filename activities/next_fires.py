@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleDescription
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contract import DIGEST_MEMO
+from cronwarden.activities.contract import DIGEST_MEMO
 from cronwarden.logs import get_logger
 
 log = get_logger("cronwarden.run")

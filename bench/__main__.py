@@ -25,7 +25,7 @@ from bench.stack import DEFAULT_REPEAT, BenchStack, boot
 from bench.table import Row, render
 from cronwarden.embedded.temporal import _temporal_binary
 from cronwarden.logs import configure
-from store.pool import connect
+from cronwarden.store.pool import connect
 
 # The measurements. Each is `bench/<name>.py` with
 # `async def measure(stack: BenchStack, *, quick: bool) -> list[Row]`. `scale` comes last: the

@@ -21,11 +21,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from bench.rpc_calls import RpcCalls, counting_rpcs
 from bench.stack import BenchStack
 from bench.table import Row
-from schedules.apply import UNCHANGED, apply_definitions
-from schedules.bounded import map_bounded
-from schedules.inventory import DESCRIBE_CONCURRENCY
-from schedules.model import ScheduleDefinition
-from store.pool import create_pool
+from cronwarden.schedules.apply import UNCHANGED, apply_definitions
+from cronwarden.schedules.bounded import map_bounded
+from cronwarden.schedules.inventory import DESCRIBE_CONCURRENCY
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.store.pool import create_pool
 
 SCHEDULES = 1_000
 QUICK_SCHEDULES = 20

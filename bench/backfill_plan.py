@@ -45,13 +45,13 @@ from temporalio.client import Client
 
 from bench.stack import BenchStack, boot
 from bench.table import Row, beside
+from cronwarden.backfill.plan import matching_times, plan_window
+from cronwarden.backfill.window import Window
 from cronwarden.logs import configure
-from schedules.apply import apply_definitions
-from schedules.backfill import matching_times, plan_window
-from schedules.model import ScheduleDefinition
-from schedules.window import Window
-from store import outbox
-from store.pool import create_pool
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.store import outbox
+from cronwarden.store.pool import create_pool
 
 SCHEDULE_ID = "bench-minutely"
 NONE_DONE_ID = "bench-minutely-none-done"

@@ -10,7 +10,7 @@ from datetime import timedelta
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.scheduled_run import ACTIVITY_HEARTBEAT_TIMEOUT, run_retry_policy
+    from cronwarden.workflows.scheduled_run import ACTIVITY_HEARTBEAT_TIMEOUT, run_retry_policy
 
 BARE_ACTIVITY = "bench.bare_noop"
 

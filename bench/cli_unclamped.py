@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from bench.cpu import own_peak_rss_mib
-from cronwarden import cli
-from schedules.backfill import ManagedSchedule
+from cronwarden.backfill.plan import ManagedSchedule
+from cronwarden.cli import app as cli
 
 
 def _leave_writing_peak_rss(path: Path) -> Callable[[int], NoReturn]:

@@ -54,7 +54,7 @@ from bench.stack import BenchStack, run_alone
 from bench.stats import median, ratio
 from bench.table import Row
 from bench.worker import bench_worker, make_schedules, worker_pool
-from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
+from cronwarden.workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 
 SCHEDULES = 10
 # Starts in flight at once: enough to keep the server's frontend busy, few enough not to time out.

@@ -7,7 +7,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import JobContext, job
+from cronwarden import JobContext, job
 
 NOOP_JOB = "bench-noop"
 LAG_JOB = "bench-lag"

@@ -20,8 +20,8 @@ from typing import Any
 
 from bench.stack import BenchStack
 from bench.table import Row
-from store import watch
-from store.pool import connect
+from cronwarden.store import watch
+from cronwarden.store.pool import connect
 
 SIZES = (10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)

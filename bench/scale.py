@@ -29,17 +29,17 @@ from bench.cpu import children_cpu, pid_cpu
 from bench.rpc_calls import counting_rpcs
 from bench.stack import BenchStack, run_alone
 from bench.table import Row
-from monitor.loop import Monitor, MonitorOptions
-from monitor.pauses import PauseCheck
-from schedules.apply import UNCHANGED, apply_definitions
-from schedules.backfill import matching_times, plan_window
-from schedules.inventory import schedule_ids
-from schedules.model import ScheduleDefinition
-from schedules.schedule_list import list_pages
-from schedules.window import Window
-from store import definitions as definition_store
-from store import outbox
-from store.pool import create_pool
+from cronwarden.backfill.plan import matching_times, plan_window
+from cronwarden.backfill.window import Window
+from cronwarden.monitor.loop import Monitor, MonitorOptions
+from cronwarden.monitor.pauses import PauseCheck
+from cronwarden.schedules.apply import UNCHANGED, apply_definitions
+from cronwarden.schedules.inventory import schedule_ids
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.schedules.schedule_list import list_pages
+from cronwarden.store import definitions as definition_store
+from cronwarden.store import outbox
+from cronwarden.store.pool import create_pool
 
 SCHEDULES = 10_000
 QUICK_SCHEDULES = 30

@@ -25,8 +25,8 @@ from temporalio.client import Client
 from bench.table import Row, render
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from cronwarden.logs import configure
-from store.migrate import migrate
-from store.pool import connect
+from cronwarden.store.migrate import migrate
+from cronwarden.store.pool import connect
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _TEMPLATE_DB = "bench_template"

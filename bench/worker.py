@@ -12,11 +12,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 import bench.jobs
-from activities.jobs import REGISTRY
+from cronwarden.activities.jobs import REGISTRY
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.store.pool import create_pool
 from cronwarden.worker_runtime import build_worker, pool_size
-from schedules.apply import apply_definitions
-from schedules.model import ScheduleDefinition
-from store.pool import create_pool
 
 MAX_CONCURRENT_RUNS = 10  # the default of CRONWARDEN_MAX_CONCURRENT_RUNS
 

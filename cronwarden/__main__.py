@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from cronwarden.cli import main
+from cronwarden.cli.app import main
 
 main()

@@ -14,25 +14,24 @@ import shlex
 import shutil
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TypeAlias
 
-from rich.console import Console
-
-from activities.jobs import import_job_modules
 from cronwarden import temporal
+from cronwarden.activities.jobs import import_job_modules
 from cronwarden.config import DEV_ENV_FILE, Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
 from cronwarden.errors import InvalidInput
 from cronwarden.logs import get_logger
+from cronwarden.monitor.loop import run_monitor
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.model import load_schedule_file
+from cronwarden.store.migrate import migrate
+from cronwarden.store.pool import connect, create_pool
 from cronwarden.worker_runtime import pool_size, run_worker
-from monitor.loop import run_monitor
-from schedules.apply import apply_definitions
-from schedules.model import load_schedule_file
-from store.migrate import migrate
-from store.pool import connect, create_pool
 
 DATABASE = "cronwarden"
 # A job module may carry the DDL of its own demo tables; `dev` runs it after the migrations.
@@ -60,7 +59,9 @@ def _schedules_path(path: Path) -> Path:
         return path
     if path == Path("examples/schedules.yaml"):
         # Run from outside a checkout: use the copy installed with the package.
-        with resources.as_file(resources.files("examples") / "schedules.yaml") as packaged:
+        with resources.as_file(
+            resources.files("cronwarden.examples") / "schedules.yaml"
+        ) as packaged:
             return packaged
     raise InvalidInput(f"schedule file {path} does not exist")
 
@@ -152,14 +153,18 @@ class _StopSignals:
             self.task.cancel()
 
 
-def _say(console: Console, text: str) -> None:
+Say: TypeAlias = Callable[[str], None]
+"""Prints one line of the banner or progress (rich markup allowed): the CLI's console."""
+
+
+def _say(console: Say, text: str) -> None:
     # `make dev | tee dev.log`: Ctrl-C kills tee too, and a print to its pipe raises
     # BrokenPipeError; in a finally block that would skip the stops that follow it.
     with contextlib.suppress(OSError, ValueError):
-        console.print(text, markup=True)
+        console(text)
 
 
-async def run_dev(options: DevOptions, *, console: Console) -> None:
+async def run_dev(options: DevOptions, *, console: Say) -> None:
     signals = _StopSignals()
     signals.install()
     try:
@@ -173,7 +178,7 @@ async def run_dev(options: DevOptions, *, console: Console) -> None:
         signals.uninstall()
 
 
-async def _run_stack(options: DevOptions, *, console: Console, signals: _StopSignals) -> None:
+async def _run_stack(options: DevOptions, *, console: Say, signals: _StopSignals) -> None:
     state = options.state_dir
     state.mkdir(parents=True, exist_ok=True)
     schedules_file = _schedules_path(options.schedules_file)

@@ -15,15 +15,15 @@ import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.guard import GuardedRun
-from activities.jobs import JobRegistry, import_job_modules
 from cronwarden import temporal
+from cronwarden.activities.guard import GuardedRun
+from cronwarden.activities.jobs import JobRegistry, import_job_modules
 from cronwarden.config import Settings
 from cronwarden.errors import InvalidInput
 from cronwarden.health import WorkerReadiness, serve_health
 from cronwarden.logs import get_logger
-from store.pool import create_pool
-from workflows.scheduled_run import ScheduledRunWorkflow
+from cronwarden.store.pool import create_pool
+from cronwarden.workflows.scheduled_run import ScheduledRunWorkflow
 
 log = get_logger("cronwarden.worker")
 

@@ -1,3 +1,3 @@
-"""Demo jobs used by `cronwarden dev` (CRONWARDEN_JOBS=examples.ledger)."""
+"""Demo jobs used by `cronwarden dev` (CRONWARDEN_JOBS=cronwarden.examples.ledger)."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from activities import JobContext, job
+from cronwarden import JobContext, job
 
 
 class InterestArgs(BaseModel):
@@ -52,4 +52,6 @@ async def ledger_digest(ctx: JobContext) -> dict[str, Any]:
 
 
 # Run by `cronwarden dev` after the migrations (and by the compose stack's Postgres).
-DEV_SETUP_SQL = resources.files("examples").joinpath("ledger_setup.sql").read_text(encoding="utf-8")
+DEV_SETUP_SQL = (
+    resources.files("cronwarden.examples").joinpath("ledger_setup.sql").read_text(encoding="utf-8")
+)

@@ -32,18 +32,23 @@ import asyncpg
 from cronwarden.config import Settings
 from cronwarden.errors import CronwardenError, PortInUse, Unreachable
 from cronwarden.logs import get_logger
+from cronwarden.monitor import db_alert, scan
+from cronwarden.monitor.messages import (
+    RESOLVE,
+    TRIGGER,
+    database_unreachable_message,
+    incident_message,
+)
+from cronwarden.monitor.metrics import Metrics, serve
+from cronwarden.monitor.notify import DeliveryPolicy, deliver_due
+from cronwarden.monitor.pauses import PauseCheck
+from cronwarden.monitor.sinks import Http, Sink, failure, ping, send
+from cronwarden.monitor.sinks.pagerduty import PagerDutySink
+from cronwarden.monitor.sinks.slack import SlackSink
+from cronwarden.monitor.sinks.webhook import WebhookSink
+from cronwarden.store import heartbeats, incidents, monitor_state, notifications, watch
+from cronwarden.store.pool import create_pool
 from cronwarden.temporal import connect as connect_temporal
-from monitor import db_alert, scan
-from monitor.messages import RESOLVE, TRIGGER, database_unreachable_message, incident_message
-from monitor.metrics import Metrics, serve
-from monitor.notify import DeliveryPolicy, deliver_due
-from monitor.pauses import PauseCheck
-from monitor.sinks import Http, Sink, failure, ping, send
-from monitor.sinks.pagerduty import PagerDutySink
-from monitor.sinks.slack import SlackSink
-from monitor.sinks.webhook import WebhookSink
-from store import heartbeats, incidents, monitor_state, notifications, watch
-from store.pool import create_pool
 
 log = get_logger("cronwarden.monitor")
 

@@ -21,9 +21,9 @@ import asyncpg
 from structlog.typing import FilteringBoundLogger
 
 from cronwarden.logs import get_logger
-from monitor.metrics import Metrics
-from monitor.sinks import Http, Sink, SinkError, failure, send
-from store import notifications
+from cronwarden.monitor.metrics import Metrics
+from cronwarden.monitor.sinks import Http, Sink, SinkError, failure, send
+from cronwarden.store import notifications
 
 log = get_logger("cronwarden.monitor")
 

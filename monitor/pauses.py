@@ -25,10 +25,10 @@ from temporalio.client import Client, ScheduleDescription
 from temporalio.service import RPCError
 
 from cronwarden.logs import get_logger
-from schedules.bounded import map_bounded
-from schedules.health import held_by_operator
-from schedules.inventory import DESCRIBE_CONCURRENCY, describe_or_none
-from store import heartbeats
+from cronwarden.schedules.bounded import map_bounded
+from cronwarden.schedules.health import held_by_operator
+from cronwarden.schedules.inventory import DESCRIBE_CONCURRENCY, describe_or_none
+from cronwarden.store import heartbeats
 
 log = get_logger("cronwarden.monitor")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
+from cronwarden.store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
 
 RECOVERED = "recovered"
 PAUSED = "paused"

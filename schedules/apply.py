@@ -27,12 +27,12 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contract import DIGEST_MEMO
+from cronwarden.activities.contract import DIGEST_MEMO
 from cronwarden.errors import CronwardenError, InvalidInput
 from cronwarden.logs import get_logger
-from schedules.bounded import Outcome, map_bounded, try_bounded
-from schedules.duplicates import duplicates_of_existing
-from schedules.inventory import (
+from cronwarden.schedules.bounded import Outcome, map_bounded, try_bounded
+from cronwarden.schedules.duplicates import duplicates_of_existing
+from cronwarden.schedules.inventory import (
     DESCRIBE_CONCURRENCY,
     NotManaged,
     ScheduleView,
@@ -44,17 +44,17 @@ from schedules.inventory import (
     schedule_ids,
     view,
 )
-from schedules.mapping import (
+from cronwarden.schedules.mapping import (
     DEFINITION_MEMO,
     MANAGED_MEMO,
     definition_digest,
     definition_json,
     to_temporal,
 )
-from schedules.model import ScheduleDefinition
-from schedules.preview import next_fire_times
-from store import definitions as definition_history
-from store import heartbeats
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.schedules.preview import next_fire_times
+from cronwarden.store import definitions as definition_history
+from cronwarden.store import heartbeats
 
 log = get_logger("cronwarden.schedules")
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from schedules.model import ScheduleDefinition
+    from cronwarden.schedules.model import ScheduleDefinition
 
 DuplicateKey = tuple[str, str, str]
 # The active period of a schedule, as ISO strings (None: unbounded on that side).

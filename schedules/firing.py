@@ -13,10 +13,10 @@ import calendar
 from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 
+from cronwarden.schedules.cron import CronFields, CronLint, cron_fields, validate_cron
+from cronwarden.schedules.durations import format_duration
+from cronwarden.schedules.spec_parts import SkipCalendar
 from cronwarden.times import utc_text
-from schedules.cron import CronFields, CronLint, cron_fields, validate_cron
-from schedules.durations import format_duration
-from schedules.spec_parts import SkipCalendar
 
 # Temporal's calendar never matches after this year (maxCalendarYear).
 _LAST_YEAR = 2100

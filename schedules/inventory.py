@@ -24,13 +24,13 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contract import ORPHAN_NOTE_PREFIX
+from cronwarden.activities.contract import ORPHAN_NOTE_PREFIX
 from cronwarden.errors import CronwardenError
+from cronwarden.schedules import schedule_list
+from cronwarden.schedules.bounded import map_bounded
+from cronwarden.schedules.durations import format_duration
+from cronwarden.schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO, marks_managed
 from cronwarden.times import utc_text
-from schedules import schedule_list
-from schedules.bounded import map_bounded
-from schedules.durations import format_duration
-from schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO, marks_managed
 
 # How many ids an "unknown schedule" error lists before it says "…".
 _KNOWN_SHOWN = 10

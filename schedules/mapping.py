@@ -19,10 +19,12 @@ from temporalio.client import (
     ScheduleState,
 )
 
-from activities.contract import DIGEST_MEMO as DIGEST_MEMO  # re-exported: apply and tests use it
-from schedules.model import SPEC_EXTRAS, Overlap, ScheduleDefinition
-from schedules.spec_parts import SkipCalendar
-from workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
+from cronwarden.activities.contract import (
+    DIGEST_MEMO as DIGEST_MEMO,  # re-exported: apply and tests use it
+)
+from cronwarden.schedules.model import SPEC_EXTRAS, Overlap, ScheduleDefinition
+from cronwarden.schedules.spec_parts import SkipCalendar
+from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
 # Schedule-level memo marking what cronwarden created (set once, at creation).
 MANAGED_MEMO = "cronwarden"

@@ -28,14 +28,14 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from activities.contract import PER_KEY_LOCK_PREFIX
-from activities.jobs import InvalidArgs, JobRegistry, UnknownJob
+from cronwarden.activities.contract import PER_KEY_LOCK_PREFIX
+from cronwarden.activities.jobs import InvalidArgs, JobRegistry, UnknownJob
 from cronwarden.errors import InvalidInput, ScheduleFileError
-from schedules.cron import validate_cron
-from schedules.duplicates import duplicates_in_file
-from schedules.durations import format_duration, parse_duration
-from schedules.firing import never_fires
-from schedules.spec_parts import SkipCalendar, skip_calendar, utc_instant
+from cronwarden.schedules.cron import validate_cron
+from cronwarden.schedules.duplicates import duplicates_in_file
+from cronwarden.schedules.durations import format_duration, parse_duration
+from cronwarden.schedules.firing import never_fires
+from cronwarden.schedules.spec_parts import SkipCalendar, skip_calendar, utc_instant
 
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _LOCK_MAX = 200

@@ -20,11 +20,11 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contract import DIGEST_MEMO, logical_key
+from cronwarden.activities.contract import DIGEST_MEMO, logical_key
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
-from schedules.health import OPERATOR_NOTE
-from schedules.inventory import (
+from cronwarden.schedules.health import OPERATOR_NOTE
+from cronwarden.schedules.inventory import (
     RecentRun,
     ScheduleView,
     action_memo,
@@ -32,8 +32,8 @@ from schedules.inventory import (
     get_managed,
     no_such_schedule,
 )
-from schedules.model import ScheduleDefinition
-from store import heartbeats
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.store import heartbeats
 
 log = get_logger("cronwarden.schedules")
 

@@ -19,8 +19,8 @@ from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleState
 
 from cronwarden.logs import get_logger
-from schedules.mapping import to_temporal
-from schedules.model import ScheduleDefinition
+from cronwarden.schedules.mapping import to_temporal
+from cronwarden.schedules.model import ScheduleDefinition
 
 PREVIEW_COUNT = 3
 PREVIEW_PREFIX = "cronwarden-preview-"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from activities.contract import format_fire_time, parse_fire_time
+from cronwarden.activities.contract import format_fire_time, parse_fire_time
 
 REPLAY_INFIX = "~replay-"
 

@@ -19,7 +19,7 @@ from temporalio.api.schedule.v1 import ScheduleListEntry
 from temporalio.api.workflowservice.v1 import ListSchedulesRequest, ListSchedulesResponse
 from temporalio.client import Client, ScheduleSpec
 
-from schedules.mapping import MANAGED_MEMO, marks_managed
+from cronwarden.schedules.mapping import MANAGED_MEMO, marks_managed
 
 PAGE_SIZE = 1000
 """Entries per ListSchedules call: the server's own cap for a page."""

@@ -12,7 +12,7 @@ from datetime import UTC, date, datetime
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from schedules.cron import calendar_field
+from cronwarden.schedules.cron import calendar_field
 
 _DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 _FIELDS = ("second", "minute", "hour", "day_of_month", "month", "day_of_week", "year")

@@ -13,8 +13,8 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.contract import ORPHAN_NOTE_PREFIX
-from schedules.health import (
+from cronwarden.activities.contract import ORPHAN_NOTE_PREFIX
+from cronwarden.schedules.health import (
     LATE,
     OPERATOR,
     OPERATOR_NOTE,
@@ -24,14 +24,14 @@ from schedules.health import (
     held_by_operator,
     paused_by,
 )
-from schedules.inventory import (
+from cronwarden.schedules.inventory import (
     ListedView,
     ScheduleView,
     describe_many,
     listed_views,
 )
-from schedules.inventory import view as view_of
-from store.heartbeats import lifted_deadline
+from cronwarden.schedules.inventory import view as view_of
+from cronwarden.store.heartbeats import lifted_deadline
 
 
 @dataclass

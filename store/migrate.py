@@ -24,10 +24,19 @@ CHECK_APPLICATION_NAME = "cronwarden-migrate-check"
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
+# The ledger of applied migrations. deploy/sql/roles.sql runs the same statement (a test holds
+# the two equal), so the ledger and its read-only grant exist before any migration ran.
+LEDGER_DDL = """CREATE TABLE IF NOT EXISTS cronwarden.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);"""
+
 # deploy/sql/roles.sql's runtime role, where it exists, gets DML on every table by default
 # privileges; these are its exceptions, applied here too because a table a migration creates after
 # roles.sql ran gets only the defaults. The migrator owns the tables, so it may revoke.
-_RUNTIME_EXCEPTIONS = """
+RUNTIME_EXCEPTIONS = """
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'cronwarden_runtime') THEN
@@ -53,7 +62,7 @@ class Migration:
 
 def available_migrations() -> list[Migration]:
     found: list[Migration] = []
-    for entry in resources.files("store").joinpath("migrations").iterdir():
+    for entry in resources.files("cronwarden.store").joinpath("migrations").iterdir():
         match = _NAME.match(entry.name)
         if match is None:
             continue
@@ -70,17 +79,7 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
     applied_now: list[Migration] = []
     await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
     try:
-        await conn.execute(
-            """
-            CREATE SCHEMA IF NOT EXISTS cronwarden;
-            CREATE TABLE IF NOT EXISTS cronwarden.schema_migrations (
-                version    integer PRIMARY KEY,
-                name       text        NOT NULL,
-                checksum   text        NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now()
-            );
-            """
-        )
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS cronwarden;\n{LEDGER_DDL}")
         rows = await conn.fetch("SELECT version, name, checksum FROM cronwarden.schema_migrations")
         done = {r["version"]: r for r in rows}
         for migration in available_migrations():
@@ -104,7 +103,7 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
                     migration.checksum,
                 )
             applied_now.append(migration)
-        await conn.execute(_RUNTIME_EXCEPTIONS)
+        await conn.execute(RUNTIME_EXCEPTIONS)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
     return applied_now

@@ -5,12 +5,25 @@ whether the tests ran there or in worker processes)."""
 from __future__ import annotations
 
 import os
+import platform
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from tests.faults.tally import FAULT_ROW_PROPERTY, FaultRow, render, scenario_order
 
 _FAULT_ROWS: list[FaultRow] = []
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fault-results",
+        metavar="PATH",
+        help="also write the fault suite's table to PATH (`make faults` writes the one the "
+        "docs include), with the date, the commit and the machine",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,10 +43,32 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             _FAULT_ROWS.append(FaultRow(**value))
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     if not _FAULT_ROWS:
         return
     terminalreporter.section("fault suite")
     # Scenario order (1a, 1b, 2a, ... 9), whatever order the files and workers ran them in.
-    for line in render(sorted(_FAULT_ROWS, key=scenario_order)).splitlines():
+    table = render(sorted(_FAULT_ROWS, key=scenario_order))
+    for line in table.splitlines():
         terminalreporter.write_line(line)
+    path = config.getoption("--fault-results")
+    if path:
+        Path(path).write_text(_fault_results(table))
+        terminalreporter.write_line(f"written to {path}")
+
+
+def _fault_results(table: str) -> str:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        "# Fault suite results\n\n"
+        f"`make faults` on {when}, commit `{commit or 'unknown'}`, on {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}. One row per injected fault; a scenario fails on "
+        "any duplicate effect, any missing fire that `backfill plan` does not list, or a check "
+        "of its own.\n\n"
+        f"{table}\n"
+    )

@@ -13,7 +13,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import RPCError
 
 from cronwarden import temporal
-from cronwarden.cli import leave
+from cronwarden.cli.app import leave
 from cronwarden.config import Settings
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel, Field
 
-from activities import JobContext, job
+from cronwarden import JobContext, job
 
 EFFECTS_DDL = """
 CREATE TABLE IF NOT EXISTS public.test_effects (

@@ -15,8 +15,8 @@ import asyncpg
 import pytest
 
 from cronwarden.config import Settings
-from monitor.loop import Monitor, options_from_settings, sinks_from_settings
-from monitor.pauses import PauseCheck
+from cronwarden.monitor.loop import Monitor, options_from_settings, sinks_from_settings
+from cronwarden.monitor.pauses import PauseCheck
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch
 from tests.receiver import Receiver
 

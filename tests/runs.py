@@ -20,9 +20,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.contract import RunOutcome
+from cronwarden.activities.contract import RunOutcome
+from cronwarden.workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 from tests.integration.conftest import fetch
-from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 
 
 def args_digest(args: dict[str, Any]) -> str:

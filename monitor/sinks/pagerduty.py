@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from monitor.messages import RESOLVE
-from monitor.sinks import json_body
+from cronwarden.monitor.messages import RESOLVE
+from cronwarden.monitor.sinks import json_body
 
 DEFAULT_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 SUMMARY_LIMIT = 1024  # the Events API refuses longer summaries

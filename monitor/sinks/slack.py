@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from monitor.messages import RESOLVE
-from monitor.sinks import json_body
+from cronwarden.monitor.messages import RESOLVE
+from cronwarden.monitor.sinks import json_body
 
 # Slack truncates a section's text at 3000 characters; stay under it.
 SECTION_LIMIT = 2900

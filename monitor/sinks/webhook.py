@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from monitor.sinks import json_body
+from cronwarden.monitor.sinks import json_body
 
 SIGNATURE_HEADER = "X-Cronwarden-Signature"
 DELIVERY_HEADER = "X-Cronwarden-Delivery"

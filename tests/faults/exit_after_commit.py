@@ -15,8 +15,8 @@ import os
 import sys
 from typing import Any
 
-from activities.guard import GuardedRun
-from store.runs import CommitOutcome
+from cronwarden.activities.guard import GuardedRun
+from cronwarden.store.runs import CommitOutcome
 
 EXIT_CODE = 86
 """Distinct from a signal's exit, so the test can tell this exit from any other death."""

@@ -15,7 +15,7 @@ import asyncpg
 import pytest_asyncio
 from temporalio.client import ScheduleDescription, ScheduleHandle
 
-from activities.contract import logical_key
+from cronwarden.activities.contract import logical_key
 from tests.faults.counts import count_row
 from tests.faults.tally import FaultRow, outbox_keys
 from tests.integration.conftest import wait_for

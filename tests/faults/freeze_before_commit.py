@@ -23,8 +23,8 @@ import sys
 import time
 from typing import Any
 
-from activities.guard import GuardedRun
-from store.runs import CommitOutcome
+from cronwarden.activities.guard import GuardedRun
+from cronwarden.store.runs import CommitOutcome
 
 _commit = GuardedRun._commit
 

@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.contract import RunOutcome, logical_key
+from cronwarden.activities.contract import RunOutcome, logical_key
 from tests.faults.counts import tally
 from tests.faults.tally import FaultRow
 from tests.integration.conftest import fetch

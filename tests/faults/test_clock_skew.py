@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 from temporalio.client import Client
 
-from schedules.apply import apply_definitions
+from cronwarden.schedules.apply import apply_definitions
 from tests.faults.fires import Watch, fire_row, fires_after, freeze, monitor_passes
 from tests.faults.fires import watch as watch
 from tests.faults.tally import FaultRow

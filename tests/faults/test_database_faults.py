@@ -14,11 +14,11 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.contract import RAN, logical_key
+from cronwarden.activities.contract import RAN, logical_key
+from cronwarden.backfill.plan import load_managed, plan
+from cronwarden.backfill.window import Window
 from cronwarden.embedded import EmbeddedPostgres
-from schedules.apply import apply_definitions
-from schedules.backfill import load_managed, plan
-from schedules.window import Window
+from cronwarden.schedules.apply import apply_definitions
 from tests.faults.commit_cutter import CommitCutter
 from tests.faults.counts import check, tally, within
 from tests.faults.one_key import OneKey, outbox_of

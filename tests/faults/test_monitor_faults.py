@@ -17,7 +17,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from monitor.sinks.webhook import DELIVERY_HEADER
+from cronwarden.monitor.sinks.webhook import DELIVERY_HEADER
 from tests.faults.counts import within
 from tests.faults.fires import Watch, monitor_passes
 from tests.faults.tally import FaultRow

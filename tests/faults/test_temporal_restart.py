@@ -19,7 +19,7 @@ import pytest
 from temporalio.client import Client
 
 from cronwarden.embedded import EmbeddedTemporal
-from schedules.apply import apply_definitions
+from cronwarden.schedules.apply import apply_definitions
 from tests.faults.fires import fire_row, fires_after, freeze
 from tests.faults.tally import FaultRow
 from tests.faults.worker_process import StartWorker

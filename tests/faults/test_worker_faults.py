@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN
-from activities.guard import GuardedRun
+from cronwarden.activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN
+from cronwarden.activities.guard import GuardedRun
 from tests.faults.counts import check
 from tests.faults.exit_after_commit import EXIT_CODE
 from tests.faults.one_key import OneKey
@@ -50,7 +50,7 @@ async def test_a_worker_killed_after_commit_leaves_its_retry_nothing_to_do(
     one_key: OneKey, start_worker: StartWorker
 ) -> None:
     # The wrap must exist only in the doomed worker, never in this process's own workers.
-    assert GuardedRun._commit.__module__ == "activities.guard"
+    assert GuardedRun._commit.__module__ == "cronwarden.activities.guard"
     doomed = start_worker(CRONWARDEN_JOBS="tests.jobs,tests.faults.exit_after_commit")
     handle = await one_key.start(lock_ttl=30)
     code = await doomed.exited(timeout=60)

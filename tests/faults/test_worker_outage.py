@@ -18,9 +18,9 @@ import asyncpg
 import pytest
 from temporalio.client import Client
 
-from activities.contract import ALREADY_DONE, OVERLAP_LOCKED
-from schedules.apply import apply_definitions
-from schedules.replay import REPLAYED
+from cronwarden.activities.contract import ALREADY_DONE, OVERLAP_LOCKED
+from cronwarden.backfill.replay import REPLAYED
+from cronwarden.schedules.apply import apply_definitions
 from tests.faults.counts import within
 from tests.faults.fires import Watch, fire_row, fires_after, freeze, listed_by_plan
 from tests.faults.fires import watch as watch

@@ -20,11 +20,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 import tests.jobs  # noqa: F401  (registers the test jobs in REGISTRY, for in-process workers)
-from activities.jobs import REGISTRY, JobRegistry
+from cronwarden.activities.jobs import REGISTRY, JobRegistry
 from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
+from cronwarden.store.pool import create_pool
 from cronwarden.worker_runtime import build_worker
-from store.pool import create_pool
 from tests.support.database import create_test_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -19,10 +19,16 @@ from temporalio.service import RPCError, RPCStatusCode
 from bench.apply_scale import definitions
 from bench.rpc_calls import counting_rpcs
 from cronwarden.embedded import EmbeddedTemporal
-from schedules import apply as apply_module
-from schedules.apply import CREATED, UNCHANGED, UPDATED, ApplyIncomplete, apply_definitions
-from schedules.model import ScheduleDefinition
-from store import heartbeats
+from cronwarden.schedules import apply as apply_module
+from cronwarden.schedules.apply import (
+    CREATED,
+    UNCHANGED,
+    UPDATED,
+    ApplyIncomplete,
+    apply_definitions,
+)
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.store import heartbeats
 from tests.integration.conftest import fetch
 
 pytestmark = pytest.mark.integration

@@ -12,11 +12,11 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
-from activities.contract import logical_key
-from schedules.apply import apply_definitions
-from schedules.backfill import load_managed, matching_times, plan, plan_window
-from schedules.window import Window
-from store import outbox
+from cronwarden.activities.contract import logical_key
+from cronwarden.backfill.plan import load_managed, matching_times, plan, plan_window
+from cronwarden.backfill.window import Window
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.store import outbox
 from tests.support.schedules import definition
 
 pytestmark = pytest.mark.integration

@@ -21,8 +21,8 @@ from temporalio.client import (
 )
 
 from cronwarden.embedded import EmbeddedPostgres
-from schedules.apply import describe_or_none
-from schedules.preview import PREVIEW_PREFIX
+from cronwarden.schedules.apply import describe_or_none
+from cronwarden.schedules.preview import PREVIEW_PREFIX
 from tests.integration.conftest import fetch, wait_for
 from tests.support.cli import cli
 

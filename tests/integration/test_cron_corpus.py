@@ -17,8 +17,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from schedules.cron import CronLint
-from schedules.firing import check_cron
+from cronwarden.schedules.cron import CronLint
+from cronwarden.schedules.firing import check_cron
 
 pytestmark = pytest.mark.integration
 

@@ -17,13 +17,19 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.worker import Worker
 
-from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN, RunOutcome, logical_key
-from activities.guard import GuardedRun
-from activities.jobs import REGISTRY, JobRegistry
-from store import heartbeats, locks
-from store.runs import CommitRecord, commit_run
+from cronwarden.activities.contract import (
+    ALREADY_DONE,
+    OVERLAP_LOCKED,
+    RAN,
+    RunOutcome,
+    logical_key,
+)
+from cronwarden.activities.guard import GuardedRun
+from cronwarden.activities.jobs import REGISTRY, JobRegistry
+from cronwarden.store import heartbeats, locks
+from cronwarden.store.runs import CommitRecord, commit_run
+from cronwarden.workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 from tests.integration.conftest import fetch, in_process_worker, wait_for
-from workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 
 pytestmark = pytest.mark.integration
 

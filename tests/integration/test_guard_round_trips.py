@@ -12,12 +12,12 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
-from activities.contract import RAN
 from bench.guard_overhead import DescribeCounter, is_prepare, label_statement
 from bench.pgwire import RoundTripProxy, target_of
-from schedules.apply import apply_definitions
-from schedules.model import ScheduleDefinition
-from store.pool import create_pool, own_statements
+from cronwarden.activities.contract import RAN
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.store.pool import create_pool, own_statements
 from tests.integration.conftest import fetch, in_process_worker
 from tests.integration.test_guard import FIRE, start_run
 

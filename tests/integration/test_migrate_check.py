@@ -13,8 +13,13 @@ from pathlib import Path
 import pytest
 
 from cronwarden.embedded import EmbeddedPostgres
-from store.migrate import CHECK_APPLICATION_NAME, Migration, available_migrations, migrate
-from store.pool import connect
+from cronwarden.store.migrate import (
+    CHECK_APPLICATION_NAME,
+    Migration,
+    available_migrations,
+    migrate,
+)
+from cronwarden.store.pool import connect
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv, wait_for
 from tests.support.cli import cli
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import subprocess
 import uuid
 
 import pytest
 
 from cronwarden.embedded import EmbeddedPostgres
+from cronwarden.embedded.postgres import postgres_bin_dir
 from cronwarden.errors import CronwardenError
-from store.migrate import available_migrations, migrate
-from store.pool import connect
+from cronwarden.store.migrate import available_migrations, migrate
+from cronwarden.store.pool import connect
 from tests.integration.conftest import REPO_ROOT, cronwarden_argv
 
 pytestmark = pytest.mark.integration
@@ -125,3 +129,50 @@ async def test_an_edited_migration_is_refused(postgres_server: EmbeddedPostgres)
             await migrate(conn)
     finally:
         await conn.close()
+
+
+SCHEMA_SNAPSHOT = REPO_ROOT / "store" / "schema.sql"
+SNAPSHOT_HEADER = """\
+-- The schema `cronwarden migrate` builds, as pg_dump prints it: read this, not the migrations, to
+-- see the tables. Never edit it: a migration changes the schema, then
+-- `make schema` rewrites this file (tests/integration/test_migrations.py checks the two agree).
+"""
+# What differs between pg_dump runs or versions and says nothing about the schema.
+_DUMP_NOISE = re.compile(
+    r"^(\\(un)?restrict .*|-- Dumped (from|by) .*|SET .*|SELECT pg_catalog\..*)$"
+)
+
+
+def schema_dump(dsn: str) -> str:
+    dumped = subprocess.run(
+        [
+            str(postgres_bin_dir() / "pg_dump"),
+            *("--schema-only", "--schema=cronwarden", "--no-owner", "--no-privileges"),
+            dsn,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    lines = [line for line in dumped.splitlines() if not _DUMP_NOISE.match(line)]
+    body = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+    return f"{SNAPSHOT_HEADER}\n{body}\n"
+
+
+async def test_the_migrations_build_the_schema_of_the_snapshot(
+    postgres_server: EmbeddedPostgres,
+) -> None:
+    dsn = empty_database(postgres_server)
+    conn = await connect(dsn)
+    try:
+        await migrate(conn)
+    finally:
+        await conn.close()
+    dumped = await asyncio.to_thread(schema_dump, dsn)
+    if os.environ.get("WRITE_SCHEMA_SNAPSHOT") == "1":
+        SCHEMA_SNAPSHOT.write_text(dumped)
+    assert "CREATE TABLE cronwarden.outbox" in dumped
+    assert SCHEMA_SNAPSHOT.read_text() == dumped, (
+        "store/schema.sql is not what the migrations build: run `make schema` and commit it"
+    )

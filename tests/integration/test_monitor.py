@@ -24,14 +24,14 @@ from temporalio.worker import Worker
 
 from cronwarden.config import Settings
 from cronwarden.embedded import free_port
-from monitor.db_alert import default_state_file
-from monitor.loop import run_monitor
-from monitor.messages import TRIGGER, incident_message
-from monitor.sinks.slack import SlackSink
-from schedules.apply import apply_definitions
-from store import incidents, locks, notifications, runs, watch
-from store.pool import connect
-from store.runs import CommitOutcome
+from cronwarden.monitor.db_alert import default_state_file
+from cronwarden.monitor.loop import run_monitor
+from cronwarden.monitor.messages import TRIGGER, incident_message
+from cronwarden.monitor.sinks.slack import SlackSink
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.store import incidents, locks, notifications, runs, watch
+from cronwarden.store.pool import connect
+from cronwarden.store.runs import CommitOutcome
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_guard import start_run
 from tests.monitor_support import (

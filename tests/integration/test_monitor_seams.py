@@ -28,16 +28,16 @@ from temporalio.client import (
 from temporalio.worker import Worker
 
 from cronwarden.embedded import EmbeddedPostgres, free_port
-from monitor.db_alert import default_state_file
-from monitor.loop import Monitor
-from monitor.messages import DB_UNREACHABLE, TRIGGER, incident_message
-from monitor.notify import DeliveryPolicy, deliver_due
-from monitor.pauses import PauseCheck, PauseCheckPolicy
-from monitor.sinks.webhook import DELIVERY_HEADER
-from schedules import operations
-from schedules.apply import apply_definitions
-from store import heartbeats, incidents, notifications
-from store.pool import create_pool
+from cronwarden.monitor.db_alert import default_state_file
+from cronwarden.monitor.loop import Monitor
+from cronwarden.monitor.messages import DB_UNREACHABLE, TRIGGER, incident_message
+from cronwarden.monitor.notify import DeliveryPolicy, deliver_due
+from cronwarden.monitor.pauses import PauseCheck, PauseCheckPolicy
+from cronwarden.monitor.sinks.webhook import DELIVERY_HEADER
+from cronwarden.schedules import operations
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.store import heartbeats, incidents, notifications
+from cronwarden.store.pool import create_pool
 from tests.integration.conftest import fetch, wait_for
 from tests.monitor_support import (
     SLACK_PATH,

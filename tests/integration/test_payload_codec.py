@@ -12,8 +12,8 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, ScheduleActionStartWorkflow
 
-from activities.contract import RAN, logical_key
 from cronwarden import temporal
+from cronwarden.activities.contract import RAN, logical_key
 from cronwarden.embedded import EmbeddedTemporal
 from cronwarden.worker_runtime import run_worker
 from tests.codecs import ENCODING

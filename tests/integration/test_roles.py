@@ -15,10 +15,10 @@ import pytest_asyncio
 from temporalio.client import Client
 
 import tests.jobs
-from activities.contract import RAN, logical_key
+from cronwarden.activities.contract import RAN, logical_key
 from cronwarden.embedded import EmbeddedPostgres
-from store.migrate import available_migrations, migrate
-from store.pool import connect, create_pool
+from cronwarden.store.migrate import available_migrations, migrate
+from cronwarden.store.pool import connect, create_pool
 from tests.integration.conftest import REPO_ROOT, embedded_postgres, in_process_worker
 from tests.integration.test_guard import FIRE, effects, start_run
 from tests.support.cli import cli

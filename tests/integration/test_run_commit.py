@@ -13,7 +13,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from activities.contract import (
+from cronwarden.activities.contract import (
     ALREADY_DONE,
     JOB_TIMED_OUT,
     RAN,
@@ -21,12 +21,12 @@ from activities.contract import (
     RunOutcome,
     logical_key,
 )
-from schedules.apply import apply_definitions
-from schedules.cli import _describe_json
-from schedules.inventory import get_view
-from schedules.mapping import definition_digest
-from schedules.model import ScheduleDefinition
-from schedules.status import build_rows
+from cronwarden.cli.schedules import _describe_json
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.inventory import get_view
+from cronwarden.schedules.mapping import definition_digest
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.schedules.status import build_rows
 from tests.integration.conftest import fetch, in_process_worker, wait_for
 from tests.runs import (
     WatchedDescribes,

@@ -30,20 +30,20 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.jobs import REGISTRY, JobRegistry
-from schedules import operations
-from schedules.apply import apply_definitions, describe_or_none, send_update
-from schedules.cli import _run_outcome
-from schedules.inventory import action_memo, schedule_ids
-from schedules.mapping import (
+from cronwarden.activities.jobs import REGISTRY, JobRegistry
+from cronwarden.cli.schedules import _run_outcome
+from cronwarden.schedules import operations
+from cronwarden.schedules.apply import apply_definitions, describe_or_none, send_update
+from cronwarden.schedules.inventory import action_memo, schedule_ids
+from cronwarden.schedules.mapping import (
     DEFINITION_MEMO,
     DIGEST_MEMO,
     MANAGED_MEMO,
     definition_digest,
     to_temporal,
 )
-from schedules.model import ScheduleDefinition
-from store import heartbeats
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.store import heartbeats
 from tests.integration.conftest import fetch, in_process_worker, wait_for
 from tests.integration.test_cli import write
 from tests.support.cli import cli

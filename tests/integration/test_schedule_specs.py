@@ -12,16 +12,16 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.contract import logical_key
-from monitor.scan import heartbeat_problem
-from schedules.apply import apply_definitions
-from schedules.audit import audit
-from schedules.backfill import load_managed, matching_times, plan_window
-from schedules.mapping import definition_digest
-from schedules.model import ScheduleDefinition
-from schedules.window import Window
+from cronwarden.activities.contract import logical_key
+from cronwarden.backfill.audit import audit
+from cronwarden.backfill.plan import load_managed, matching_times, plan_window
+from cronwarden.backfill.window import Window
+from cronwarden.monitor.scan import heartbeat_problem
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.mapping import definition_digest
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.workflows.scheduled_run import SCHEDULED_START_TIME
 from tests.integration.conftest import fetch, wait_for
-from workflows.scheduled_run import SCHEDULED_START_TIME
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.contract import format_fire_time, logical_key
-from schedules.apply import apply_definitions
+from cronwarden.activities.contract import format_fire_time, logical_key
+from cronwarden.schedules.apply import apply_definitions
 from tests.integration.conftest import fetch, wait_for
 from tests.support.schedules import definition
 

@@ -19,12 +19,12 @@ from temporalio.client import Client
 
 from bench.rpc_calls import counting_rpcs
 from cronwarden.embedded import EmbeddedTemporal
-from schedules import schedule_list
-from schedules import status as status_module
-from schedules.apply import apply_definitions
-from schedules.inventory import ListedView, listed_views, schedule_ids
-from schedules.status import build_rows, read_views
-from store import definitions, heartbeats
+from cronwarden.schedules import schedule_list
+from cronwarden.schedules import status as status_module
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.inventory import ListedView, listed_views, schedule_ids
+from cronwarden.schedules.status import build_rows, read_views
+from cronwarden.store import definitions, heartbeats
 from tests.integration.conftest import fetch, wait_for
 from tests.integration.test_schedule_commands import definition, foreign_schedule, new_id
 from tests.support.cli import cli

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from store import locks
+from cronwarden.store import locks
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.contract import RAN, RunOutcome, logical_key
+from cronwarden.activities.contract import RAN, RunOutcome, logical_key
 from cronwarden.embedded import free_port
 from tests.http_probe import Answer, http_get
 from tests.integration.conftest import (
@@ -239,3 +239,45 @@ async def test_a_run_cut_off_at_the_graceful_timeout_is_retried_elsewhere_and_ap
     outcome = await finish_elsewhere(client, pool, task_queue, handle)
     assert (outcome.outcome, outcome.attempt) == (RAN, 2)
     assert await effects(pool, key) == 1
+
+
+USER_JOBS = """
+from activities import ORIGIN as ACTIVITIES
+from workflows import ORIGIN as WORKFLOWS
+
+from cronwarden import JobContext, job
+
+
+@job("user-project-probe")
+async def probe(ctx: JobContext) -> dict[str, list[str]]:
+    return {"origins": [ACTIVITIES, WORKFLOWS]}
+"""
+
+
+async def test_a_user_project_with_its_own_activities_and_workflows_packages_runs_its_jobs(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+    spawn_worker: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    # Temporal projects very often name their packages `activities` and `workflows`: the worker
+    # imports cronwarden's own under `cronwarden.`, so the project's are the ones its jobs see.
+    project = tmp_path / "project"
+    for package in ("activities", "workflows"):
+        (project / package).mkdir(parents=True)
+        (project / package / "__init__.py").write_text(f'ORIGIN = "the project\'s {package}"\n')
+    (project / "userjobs.py").write_text(USER_JOBS)
+    env = {k: v for k, v in cli_env.items() if k != "PYTHONPATH"}
+    proc = start_worker_process({**env, "CRONWARDEN_JOBS": "userjobs"}, cwd=project)
+    spawn_worker.append(proc)
+    handle = await start_run(client, task_queue, schedule_id, job="user-project-probe")
+    outcome = await asyncio.wait_for(handle.result(), timeout=60)
+    assert (outcome.outcome, outcome.result) == (
+        RAN,
+        {"origins": ["the project's activities", "the project's workflows"]},
+    )
+    key = logical_key(schedule_id, FIRE)
+    assert await committed_attempts(pool, key) == [1]

@@ -24,11 +24,11 @@ from pathlib import Path
 import asyncpg
 from temporalio.client import Client
 
-from activities.contract import OVERLAP_LOCKED, logical_key
-from schedules.apply import apply_definitions
-from schedules.backfill import matching_times
-from schedules.window import Window
-from store.pool import create_pool
+from cronwarden.activities.contract import OVERLAP_LOCKED, logical_key
+from cronwarden.backfill.plan import matching_times
+from cronwarden.backfill.window import Window
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.store.pool import create_pool
 from tests.faults.counts import unrecorded_effects
 from tests.faults.fires import listed_by_plan
 from tests.faults.tally import effects_of, outbox_keys

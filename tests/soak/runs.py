@@ -22,9 +22,13 @@ from temporalio.client import (
 )
 from temporalio.common import SearchAttributeKey
 
-from activities.contract import OVERLAP_LOCKED, RunOutcome, logical_key, parse_fire_time
-from schedules.replay import _error_detail
-from workflows.scheduled_run import SCHEDULED_START_TIME, WORKFLOW_NAME, ScheduledRunInput
+from cronwarden.activities.contract import OVERLAP_LOCKED, RunOutcome, logical_key, parse_fire_time
+from cronwarden.backfill.replay import _error_detail
+from cronwarden.workflows.scheduled_run import (
+    SCHEDULED_START_TIME,
+    WORKFLOW_NAME,
+    ScheduledRunInput,
+)
 
 SCHEDULED_BY_ID = SearchAttributeKey.for_keyword("TemporalScheduledById")
 # How a buffer_one fire that waited out its timeout names the holder (workflows/scheduled_run.py).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tests.jobs
 from cronwarden.embedded import EmbeddedPostgres
-from store.migrate import migrate
-from store.pool import connect
+from cronwarden.store.migrate import migrate
+from cronwarden.store.pool import connect
 
 
 async def create_test_database(server: EmbeddedPostgres, name: str) -> str:

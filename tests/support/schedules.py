@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from schedules.model import ScheduleDefinition
+from cronwarden.schedules.model import ScheduleDefinition
 
 
 def definition(schedule_id: str, **fields: Any) -> ScheduleDefinition:

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from activities.contract import logical_key
-from cronwarden import cli_support
-from schedules import backfill_cli
-from schedules.audit import Audit
-from schedules.backfill import FireTimes, Plan, keys_of
-from schedules.json_stream import dump
-from schedules.run_ids import REPLAY_INFIX, replay_workflow_id
-from schedules.window import Window
+from cronwarden.activities.contract import logical_key
+from cronwarden.backfill.audit import Audit
+from cronwarden.backfill.json_stream import dump
+from cronwarden.backfill.plan import FireTimes, Plan, keys_of
+from cronwarden.backfill.window import Window
+from cronwarden.cli import backfill as backfill_cli
+from cronwarden.cli import support as cli_support
+from cronwarden.schedules.run_ids import REPLAY_INFIX, replay_workflow_id
 
 START = datetime(2026, 11, 29, 23, 58, tzinfo=UTC)
 WINDOW = Window(START, START + timedelta(minutes=10))

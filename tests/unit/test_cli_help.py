@@ -5,7 +5,7 @@ from collections.abc import Iterator
 import pytest
 from typer.core import TyperCommand, TyperGroup
 
-from cronwarden.cli import command
+from cronwarden.cli.app import command
 
 
 def command_paths(

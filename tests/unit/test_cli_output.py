@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from cronwarden import cli_support, redact
+from cronwarden import redact
+from cronwarden.cli import support as cli_support
 from cronwarden.redact import MASK
 
 DOCUMENTS: list[Any] = [
@@ -86,8 +87,8 @@ def test_a_reader_that_goes_away_ends_the_output_not_the_command() -> None:
     program = textwrap.dedent(
         """
         import sys
-        from cronwarden.cli_support import emit_json, out
-        from schedules.backfill_cli import _print_lines
+        from cronwarden.cli.support import emit_json, out
+        from cronwarden.cli.backfill import _print_lines
         document = {"keys": [f"s@2026-12-01T00:{i:06d}Z" for i in range(200_000)]}
         emit_json(document)
         _print_lines(f"  key {i}" for i in range(200_000))

@@ -4,7 +4,12 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from activities.contract import format_fire_time, logical_key, nominal_fire_time, parse_fire_time
+from cronwarden.activities.contract import (
+    format_fire_time,
+    logical_key,
+    nominal_fire_time,
+    parse_fire_time,
+)
 
 
 def test_the_logical_key_is_the_schedule_and_the_utc_fire_time_to_the_second() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from schedules.cron import CronLint, cron_fields, validate_cron
+from cronwarden.schedules.cron import CronLint, cron_fields, validate_cron
 
 
 def refusal(expr: str) -> str:

@@ -24,8 +24,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from activities.jobs import import_job_modules
-from schedules.model import parse_schedule_text
+from cronwarden.activities.jobs import import_job_modules
+from cronwarden.schedules.model import parse_schedule_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -6,11 +6,11 @@ import textwrap
 
 import pytest
 
-from activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
+from cronwarden.activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
 from cronwarden.errors import ScheduleFileError
-from schedules.duplicates import duplicates_of_existing
-from schedules.mapping import definition_digest, definition_json
-from schedules.model import ScheduleDefinition, parse_schedule_text
+from cronwarden.schedules.duplicates import duplicates_of_existing
+from cronwarden.schedules.mapping import definition_digest, definition_json
+from cronwarden.schedules.model import ScheduleDefinition, parse_schedule_text
 
 
 async def _noop(ctx: JobContext) -> JobResult:

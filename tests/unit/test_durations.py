@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from schedules.durations import format_duration, parse_duration
+from cronwarden.schedules.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from temporalio import activity
 
-from activities import guard
+from cronwarden.activities import guard
 
 
 class _Stop(Exception):

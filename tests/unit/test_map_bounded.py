@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from schedules.bounded import map_bounded
+from cronwarden.schedules.bounded import map_bounded
 
 
 async def test_results_keep_the_items_order_and_never_exceed_the_bound() -> None:

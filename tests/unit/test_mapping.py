@@ -6,10 +6,15 @@ from typing import Any
 import pytest
 from temporalio.client import ScheduleActionStartWorkflow, ScheduleOverlapPolicy
 
-from activities.guard import lease_wait_seconds
-from schedules.mapping import definition_digest, execution_timeout, run_input, to_temporal
-from schedules.model import ScheduleDefinition
-from workflows.scheduled_run import run_retry_policy
+from cronwarden.activities.guard import lease_wait_seconds
+from cronwarden.schedules.mapping import (
+    definition_digest,
+    execution_timeout,
+    run_input,
+    to_temporal,
+)
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.workflows.scheduled_run import run_retry_policy
 
 
 def defn(**fields: Any) -> ScheduleDefinition:

@@ -12,8 +12,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
 from temporalio.client import Client
 
-from schedules.backfill import matching_times
-from schedules.window import Window
+from cronwarden.backfill.plan import matching_times
+from cronwarden.backfill.window import Window
 
 START = datetime(2026, 11, 30, 4, tzinfo=UTC)
 WINDOW = Window(START, START + timedelta(seconds=9))

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from cronwarden import cli
+from cronwarden.cli import app as cli
 from cronwarden.memory import ARENAS, limit_malloc_arenas
 
 pytestmark = pytest.mark.skipif(

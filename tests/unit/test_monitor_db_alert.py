@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from monitor.db_alert import (
+from cronwarden.monitor.db_alert import (
     AlertState,
     AlertStore,
     default_state_file,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monitor.notify import DeliveryPolicy
+from cronwarden.monitor.notify import DeliveryPolicy
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from typing import Any, cast
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from monitor.pauses import PauseCheck, PauseCheckPolicy
+from cronwarden.monitor.pauses import PauseCheck, PauseCheckPolicy
 
 
 async def _never() -> Client:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from monitor.scan import (
+from cronwarden.monitor.scan import (
     PAUSED,
     RECOVERED,
     SCHEDULE_DELETED,
@@ -13,7 +13,7 @@ from monitor.scan import (
     heartbeat_problem,
     plan,
 )
-from store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
+from cronwarden.store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 RULE = SystemRule(min_schedules=3, ratio=0.5)

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
-from monitor.messages import (
+from cronwarden.monitor.messages import (
     DB_UNREACHABLE,
     RESOLVE,
     TRIGGER,
     database_unreachable_message,
     incident_message,
 )
-from monitor.metrics import Metrics
-from monitor.sinks import status_error
-from monitor.sinks.pagerduty import PagerDutySink, pagerduty_event
-from monitor.sinks.slack import slack_payload
-from monitor.sinks.webhook import SIGNATURE_HEADER, WebhookSink
+from cronwarden.monitor.metrics import Metrics
+from cronwarden.monitor.sinks import status_error
+from cronwarden.monitor.sinks.pagerduty import PagerDutySink, pagerduty_event
+from cronwarden.monitor.sinks.slack import slack_payload
+from cronwarden.monitor.sinks.webhook import SIGNATURE_HEADER, WebhookSink
 
 OPENED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 # Events API v2: https://developer.pagerduty.com/docs/events-api-v2/trigger-events/

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from activities.next_fires import refresh_due
+from cronwarden.activities.next_fires import refresh_due
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GRACE = timedelta(minutes=15)

@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN, RunOutcome
-from schedules.replay import FAILED, REPLAYED, ReplayResult, Summary, _classify
-from schedules.run_ids import replay_workflow_id, scheduled_fire_time
+from cronwarden.activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN, RunOutcome
+from cronwarden.backfill.replay import FAILED, REPLAYED, ReplayResult, Summary, _classify
+from cronwarden.schedules.run_ids import replay_workflow_id, scheduled_fire_time
 
 KEY = "nightly@2026-11-30T04:00:00Z"
 WID = "nightly~replay-2026-11-30T04:00:00Z"

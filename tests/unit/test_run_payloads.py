@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import workflows.scheduled_run
-from activities.contract import GuardedRunInput, RunOutcome
-from workflows.run_input import ScheduledRunInput
+import cronwarden.workflows.scheduled_run
+from cronwarden.activities.contract import GuardedRunInput, RunOutcome
+from cronwarden.workflows.run_input import ScheduledRunInput
 
 PAYLOADS = [ScheduledRunInput, GuardedRunInput, RunOutcome]
 
@@ -37,7 +37,7 @@ def _passed_through_imports(tree: ast.Module) -> set[str]:
 
 
 def test_the_sandboxed_workflow_module_defines_no_dataclass_and_passes_its_input_through() -> None:
-    source = Path(inspect.getfile(workflows.scheduled_run)).read_text()
+    source = Path(inspect.getfile(cronwarden.workflows.scheduled_run)).read_text()
     tree = ast.parse(source)
     decorated = [
         node.name
@@ -47,4 +47,4 @@ def test_the_sandboxed_workflow_module_defines_no_dataclass_and_passes_its_input
     ]
     assert decorated == [], "a dataclass here is rebuilt (its methods compiled) on every run"
     assert "ScheduledRunInput" in _passed_through_imports(tree)
-    assert workflows.scheduled_run.ScheduledRunInput is ScheduledRunInput
+    assert cronwarden.workflows.scheduled_run.ScheduledRunInput is ScheduledRunInput

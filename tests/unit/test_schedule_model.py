@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
+from cronwarden.activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
 from cronwarden.errors import InvalidInput, ScheduleFileError
-from schedules.model import Overlap, ScheduleDefinition, load_schedule_file
+from cronwarden.schedules.model import Overlap, ScheduleDefinition, load_schedule_file
 
 
 class ReconcileArgs(BaseModel):

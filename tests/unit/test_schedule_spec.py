@@ -10,11 +10,11 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import ScheduleRange
 
-from activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
+from cronwarden.activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
 from cronwarden.errors import ScheduleFileError
-from schedules.inventory import spec_text
-from schedules.mapping import definition_digest, definition_json, to_spec
-from schedules.model import ScheduleDefinition, parse_schedule_text
+from cronwarden.schedules.inventory import spec_text
+from cronwarden.schedules.mapping import definition_digest, definition_json, to_spec
+from cronwarden.schedules.model import ScheduleDefinition, parse_schedule_text
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

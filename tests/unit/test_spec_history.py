@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from schedules.mapping import definition_json
-from schedules.model import ScheduleDefinition
-from schedules.spec_history import Applied, Segment, segments
-from schedules.window import Window
+from cronwarden.backfill.spec_history import Applied, Segment, segments
+from cronwarden.backfill.window import Window
+from cronwarden.schedules.mapping import definition_json
+from cronwarden.schedules.model import ScheduleDefinition
 
 
 def at(text: str) -> datetime:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from schedules.health import (
+from cronwarden.schedules.health import (
     FAILURE,
     LATE,
     OK,
@@ -21,7 +21,7 @@ from schedules.health import (
     format_age,
     paused_by,
 )
-from schedules.status import build_rows, pause_text, success_text
+from cronwarden.schedules.status import build_rows, pause_text, success_text
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 GRACE = timedelta(minutes=5)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from schedules.inventory import RecentRun
-from schedules.operations import same_second_wait, triggered_run
+from cronwarden.schedules.inventory import RecentRun
+from cronwarden.schedules.operations import same_second_wait, triggered_run
 
 T = datetime(2026, 3, 1, 12, 0, 7, 400_000, tzinfo=UTC)
 SECOND = T.replace(microsecond=0)

@@ -5,10 +5,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from cronwarden.backfill.window import Window, make_window, parse_instant, parse_since
+from cronwarden.cli.backfill import _confirm
 from cronwarden.errors import InvalidInput
-from schedules.backfill_cli import _confirm
-from schedules.run_ids import replay_fire_time, scheduled_fire_time
-from schedules.window import Window, make_window, parse_instant, parse_since
+from cronwarden.schedules.run_ids import replay_fire_time, scheduled_fire_time
 
 NOW = datetime(2026, 11, 30, 4, 0, 30, 250_000, tzinfo=UTC)
 

@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from workflows.scheduled_run import ScheduledRunWorkflow
+from cronwarden.workflows.scheduled_run import ScheduledRunWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 

@@ -23,14 +23,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
 from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleDescription
 
-from activities.contract import format_fire_time
-from schedules.apply import NotManaged, describe_or_none, is_managed
-from schedules.inventory import no_such_schedule
-from schedules.preview import scratch_schedule
-from schedules.spec_history import Applied, segments
-from schedules.window import Window
-from store import definitions, outbox
-from workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
+from cronwarden.activities.contract import format_fire_time
+from cronwarden.backfill.spec_history import Applied, segments
+from cronwarden.backfill.window import Window
+from cronwarden.schedules.apply import NotManaged, describe_or_none, is_managed
+from cronwarden.schedules.inventory import no_such_schedule
+from cronwarden.schedules.preview import scratch_schedule
+from cronwarden.store import definitions, outbox
+from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cronwarden.cli_support import (
+from cronwarden.backfill.window import Window, make_window, parse_instant, parse_since
+from cronwarden.cli.support import (
     duration_flag,
     emit_json,
     err,
@@ -20,15 +21,14 @@ from cronwarden.cli_support import (
     run_command,
 )
 from cronwarden.errors import EXIT_FAILED, CronwardenError, InvalidInput
-from schedules.window import Window, make_window, parse_instant, parse_since
 
 if TYPE_CHECKING:
     # Imported for types only: the CLI starts without loading the Temporal SDK or asyncpg.
     import asyncpg
     from temporalio.client import Client
 
-    from schedules.audit import Audit
-    from schedules.backfill import ManagedSchedule, Plan
+    from cronwarden.backfill.audit import Audit
+    from cronwarden.backfill.plan import ManagedSchedule, Plan
 
 backfill_app = typer.Typer(
     help="List the fire times that never committed, and replay exactly those.",
@@ -56,8 +56,8 @@ class Context:
 @asynccontextmanager
 async def _connected(schedule_id: str) -> AsyncIterator[Context]:
     from cronwarden import temporal
-    from schedules.backfill import load_managed
-    from store.pool import create_pool
+    from cronwarden.backfill.plan import load_managed
+    from cronwarden.store.pool import create_pool
 
     settings = load_settings()
     client = await temporal.connect(settings)
@@ -85,9 +85,9 @@ def plan_json(p: Plan) -> dict[str, Any]:
 
 def _print_json(data: dict[str, Any]) -> None:
     # A year's window can list hundreds of thousands of keys: the document is written as it is
-    # formatted (schedules/json_stream.py), never held whole. Not through rich either, which
+    # formatted (backfill/json_stream.py), never held whole. Not through rich either, which
     # parses and highlights every JSON token (seconds for 25,600 keys).
-    from schedules.json_stream import dump
+    from cronwarden.backfill.json_stream import dump
 
     dump(data, out.write_text)
 
@@ -123,7 +123,7 @@ def backfill_plan(schedule_id: ScheduleId, start: Start, end: End, as_json: AsJs
     """List the fire times in the window that have no outbox record (never committed)."""
 
     async def go() -> None:
-        from schedules.backfill import plan
+        from cronwarden.backfill.plan import plan
 
         window = _window(start, end)
         async with _connected(schedule_id) as ctx:
@@ -163,9 +163,9 @@ def backfill_run(
     """Replay every fire time of the window that has no outbox record, and wait for each."""
 
     async def go() -> int:
-        from activities.contract import OVERLAP_LOCKED
-        from schedules.backfill import plan
-        from schedules.replay import FAILED
+        from cronwarden.activities.contract import OVERLAP_LOCKED
+        from cronwarden.backfill.plan import plan
+        from cronwarden.backfill.replay import FAILED
 
         window = _window(start, end)
         async with _connected(schedule_id) as ctx:
@@ -205,8 +205,8 @@ def backfill_run(
 
 
 def _print_dry_run(p: Plan, as_json: bool) -> None:
-    from schedules.backfill import keys_of
-    from schedules.run_ids import REPLAY_INFIX
+    from cronwarden.backfill.plan import keys_of
+    from cronwarden.schedules.run_ids import REPLAY_INFIX
 
     # `replay_workflow_id` of each key, formatted the fast way (the id is the key's time after
     # the replay infix), one at a time.
@@ -240,7 +240,7 @@ class _Declined(CronwardenError):
 async def _replay_with_progress(ctx: Context, p: Plan, concurrency: int, lock_wait: float) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from schedules.replay import replay_all
+    from cronwarden.backfill.replay import replay_all
 
     progress = Progress(
         "[progress.description]{task.description}",
@@ -264,7 +264,7 @@ async def _replay_with_progress(ctx: Context, p: Plan, concurrency: int, lock_wa
 
 
 def _run_json(p: Plan, summary: Any) -> dict[str, Any]:
-    from schedules.replay import OUTCOMES
+    from cronwarden.backfill.replay import OUTCOMES
 
     counts = summary.counts if summary is not None else dict.fromkeys(OUTCOMES, 0)
     return p.counts_json() | {
@@ -286,7 +286,7 @@ def audit_command(
     """What should have run vs what committed, what is running, and what Temporal skipped."""
 
     async def go() -> None:
-        from schedules.audit import audit
+        from cronwarden.backfill.audit import audit
 
         now = datetime.now(UTC)
         window = make_window(parse_since(since, now=now), now, now=now)
@@ -301,7 +301,7 @@ def audit_command(
 
 
 def _print_audit(result: Audit) -> None:
-    from activities.contract import logical_key
+    from cronwarden.activities.contract import logical_key
 
     w, schedule_id = result.window.as_json(), result.schedule_id
     out.print(f"{schedule_id}: window {w['start']} .. {w['end']}")

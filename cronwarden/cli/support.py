@@ -29,7 +29,7 @@ from cronwarden.config import (
 )
 from cronwarden.errors import CronwardenError, DatabaseUnreachable, InvalidInput
 from cronwarden.redact import redact, redact_value
-from schedules.durations import parse_duration
+from cronwarden.schedules.durations import parse_duration
 
 T = TypeVar("T")
 _ZERO = re.compile(r"0+[smhd]")

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from cronwarden.cli_support import emit_json, load_settings, out, print_wide, run_command
+from cronwarden.cli.support import emit_json, load_settings, out, print_wide, run_command
 from cronwarden.errors import InvalidInput
 from cronwarden.times import utc_text
 
@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     import asyncpg
     from temporalio.client import Client
 
-    from schedules.apply import Change
-    from schedules.inventory import ListedView, ScheduleView
-    from schedules.status import StatusRow
+    from cronwarden.schedules.apply import Change
+    from cronwarden.schedules.inventory import ListedView, ScheduleView
+    from cronwarden.schedules.status import StatusRow
 
 schedules_app = typer.Typer(help="Register, inspect and operate schedules.", no_args_is_help=True)
 
@@ -57,7 +57,7 @@ async def _temporal() -> AsyncIterator[Client]:
 @asynccontextmanager
 async def _temporal_and_db() -> AsyncIterator[tuple[Client, asyncpg.Pool]]:
     from cronwarden import temporal
-    from store.pool import create_pool
+    from cronwarden.store.pool import create_pool
 
     settings = load_settings()
     client = await temporal.connect(settings)
@@ -90,11 +90,11 @@ def schedules_apply(
     """
 
     async def go() -> None:
-        from activities.jobs import import_job_modules
         from cronwarden import temporal
-        from schedules.apply import apply_definitions
-        from schedules.model import load_schedule_file
-        from store.pool import create_pool
+        from cronwarden.activities.jobs import import_job_modules
+        from cronwarden.schedules.apply import apply_definitions
+        from cronwarden.schedules.model import load_schedule_file
+        from cronwarden.store.pool import create_pool
 
         settings = load_settings()
         if not settings.job_modules():
@@ -174,8 +174,8 @@ def schedules_list(as_json: JsonOption = False) -> None:
     """Every schedule of the namespace; those cronwarden did not create are marked unmanaged."""
 
     async def go() -> None:
-        from schedules.inventory import listed_views
-        from store import definitions
+        from cronwarden.schedules.inventory import listed_views
+        from cronwarden.store import definitions
 
         async with _temporal_and_db() as (client, pool):
             async with pool.acquire() as conn:
@@ -209,7 +209,7 @@ async def _run_outcome(
     in-band outcome (`ran`, `already-done`, `overlap-locked`)."""
     from temporalio.service import RPCError, RPCStatusCode
 
-    from activities.contract import RunOutcome
+    from cronwarden.activities.contract import RunOutcome
 
     handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=RunOutcome)
     try:
@@ -233,9 +233,9 @@ async def _run_outcome(
 
 
 async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> dict[str, Any]:
-    from activities.contract import logical_key
-    from schedules.status import lease_skip_json
-    from store import heartbeats, outbox
+    from cronwarden.activities.contract import logical_key
+    from cronwarden.schedules.status import lease_skip_json
+    from cronwarden.store import heartbeats, outbox
 
     keys = {r.workflow_id: logical_key(v.schedule_id, r.scheduled_at) for r in v.recent_runs}
     async with pool.acquire() as conn:
@@ -290,8 +290,8 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
     """Spec, policies, pause, the next 5 fire times, recent runs and Temporal's counters."""
 
     async def go() -> None:
-        from schedules.inventory import get_view
-        from schedules.status import lease_skip_text
+        from cronwarden.schedules.inventory import get_view
+        from cronwarden.schedules.status import lease_skip_text
 
         async with _temporal_and_db() as (client, pool):
             data = await _describe_json(client, pool, await get_view(client, schedule_id))
@@ -347,7 +347,7 @@ def schedules_pause(
     """Pause a schedule as an operator: the absence monitor stays silent until `unpause`."""
 
     async def go() -> None:
-        from schedules import operations
+        from cronwarden.schedules import operations
 
         async with _temporal_and_db() as (client, pool):
             v = await operations.pause(client, pool, schedule_id, reason=reason)
@@ -361,7 +361,7 @@ def schedules_unpause(schedule_id: IdArgument) -> None:
     """Resume a schedule; the next expected fire is counted from now."""
 
     async def go() -> None:
-        from schedules import operations
+        from cronwarden.schedules import operations
 
         async with _temporal_and_db() as (client, pool):
             v = await operations.unpause(client, pool, schedule_id)
@@ -376,7 +376,7 @@ def schedules_trigger(schedule_id: IdArgument, as_json: JsonOption = False) -> N
     """Start a run now, with the schedule's overlap policy."""
 
     async def go() -> None:
-        from schedules import operations
+        from cronwarden.schedules import operations
 
         async with _temporal() as client:
             t = await operations.trigger(client, schedule_id)
@@ -412,7 +412,7 @@ def schedules_delete(
     """Delete a schedule and its heartbeat row. The outbox keeps the history of its runs."""
 
     async def go() -> None:
-        from schedules import operations
+        from cronwarden.schedules import operations
 
         async with _temporal_and_db() as (client, pool):
             # Checked before asking: no confirmation for a schedule that cannot be deleted.
@@ -441,7 +441,7 @@ def schedules_delete(
 
 
 def _usage(message: str) -> typer.Exit:
-    from cronwarden.cli_support import fail
+    from cronwarden.cli.support import fail
     from cronwarden.errors import EXIT_INVALID
 
     return fail(message, EXIT_INVALID)
@@ -468,8 +468,8 @@ def status_command(
     """One table of every schedule: pause, last success, next expected fire and health."""
 
     async def go() -> None:
-        from schedules.status import dead_letter_json, incident_json, status_rows
-        from store import definitions, heartbeats, incidents, notifications
+        from cronwarden.schedules.status import dead_letter_json, incident_json, status_rows
+        from cronwarden.store import definitions, heartbeats, incidents, notifications
 
         zone = _zone(tz)
         async with _temporal_and_db() as (client, pool):
@@ -507,7 +507,7 @@ def _print_status(
     system_incident: dict[str, Any] | None = None,
     dead: list[dict[str, Any]] | None = None,
 ) -> None:
-    from schedules.status import (
+    from cronwarden.schedules.status import (
         dead_letter_text,
         display_time,
         incident_text,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cronwarden.cli_support import duration_flag, load_settings, run_command
+from cronwarden.cli.support import duration_flag, load_settings, run_command
 
 
 def monitor_command(
@@ -32,7 +32,7 @@ def monitor_command(
     """Page for schedules that did not run (or run too long). Reads Postgres only."""
 
     async def go() -> None:
-        from monitor.loop import run_monitor
+        from cronwarden.monitor.loop import run_monitor
 
         await run_monitor(
             load_settings(),

@@ -1,6 +1,6 @@
 """The `cronwarden` command: the root app and the commands that run processes.
 
-Sub-commands live beside what they drive (`schedules/cli.py`, …); `cli_support` holds the
+Each command group has a module here (`schedules`, `backfill`, `monitor`); `support` holds the
 error boundary every command goes through.
 """
 
@@ -15,14 +15,14 @@ from typing import Annotated, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
-from cronwarden.cli_support import duration_flag, load_settings, out, run_command
+from cronwarden.cli.backfill import audit_command, backfill_app
+from cronwarden.cli.monitor import monitor_command
+from cronwarden.cli.schedules import schedules_app, status_command
+from cronwarden.cli.support import duration_flag, load_settings, out, run_command
 from cronwarden.config import DEV_STATE_DIR
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import configure as configure_logging
 from cronwarden.memory import limit_malloc_arenas
-from monitor.cli import monitor_command
-from schedules.backfill_cli import audit_command, backfill_app
-from schedules.cli import schedules_app, status_command
 
 app = typer.Typer(
     name="cronwarden",
@@ -77,9 +77,9 @@ def migrate(
         raise typer.BadParameter("--wait only applies with --check", param_hint="--wait")
 
     async def go() -> None:
-        from store.migrate import CHECK_APPLICATION_NAME, wait_until_migrated
-        from store.migrate import migrate as run_migrations
-        from store.pool import connect
+        from cronwarden.store.migrate import CHECK_APPLICATION_NAME, wait_until_migrated
+        from cronwarden.store.migrate import migrate as run_migrations
+        from cronwarden.store.pool import connect
 
         settings = load_settings()
         # A waiting check is visible in pg_stat_activity under its own name.
@@ -143,7 +143,7 @@ def dev(
     schedules_file: Annotated[
         Path, typer.Option("--schedules", help="Schedule file applied at start.")
     ] = Path("examples/schedules.yaml"),
-    jobs: Annotated[str, typer.Option(help="Job modules to load.")] = "examples.ledger",
+    jobs: Annotated[str, typer.Option(help="Job modules to load.")] = "cronwarden.examples.ledger",
 ) -> None:
     """Run everything on this machine: Temporal dev server, Postgres, a worker and the demo."""
     from cronwarden.dev import DevOptions, run_dev
@@ -163,7 +163,7 @@ def dev(
         schedules_file=schedules_file,
         jobs=jobs,
     )
-    run_command(lambda: run_dev(options, console=out))
+    run_command(lambda: run_dev(options, console=lambda text: out.print(text, markup=True)))
 
 
 def _hide_flag_types(command: TyperCommand | TyperGroup) -> None:

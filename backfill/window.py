@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from cronwarden.errors import InvalidInput
+from cronwarden.schedules.durations import parse_duration
 from cronwarden.times import utc_text
-from schedules.durations import parse_duration
 
 _RANGE = "times must lie between the years 1 and 9999 (UTC)"
 _FORMS = "use an ISO 8601 time with a zone (2026-11-30T04:00:00Z), `now`, or `-2h` (2 hours ago)"

@@ -16,13 +16,13 @@ import asyncpg
 from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
 from temporalio.common import SearchAttributeKey
 
-from activities.contract import logical_key, parse_fire_time
-from schedules.backfill import FireTimes, ManagedSchedule, plan_on
-from schedules.run_ids import REPLAY_INFIX, replay_fire_time, scheduled_fire_time
-from schedules.status import lease_skip_json
-from schedules.window import Window
-from store import heartbeats, outbox
-from workflows.scheduled_run import WORKFLOW_NAME
+from cronwarden.activities.contract import logical_key, parse_fire_time
+from cronwarden.backfill.plan import FireTimes, ManagedSchedule, plan_on
+from cronwarden.backfill.window import Window
+from cronwarden.schedules.run_ids import REPLAY_INFIX, replay_fire_time, scheduled_fire_time
+from cronwarden.schedules.status import lease_skip_json
+from cronwarden.store import heartbeats, outbox
+from cronwarden.workflows.scheduled_run import WORKFLOW_NAME
 
 SCHEDULED_BY_ID = SearchAttributeKey.for_keyword("TemporalScheduledById")
 

@@ -30,7 +30,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from activities.contract import (
+from cronwarden.activities.contract import (
     ALREADY_DONE,
     OVERLAP_LOCKED,
     RAN,
@@ -38,10 +38,10 @@ from activities.contract import (
     format_fire_time,
     logical_key,
 )
+from cronwarden.backfill.plan import ManagedSchedule
 from cronwarden.logs import get_logger
-from schedules.backfill import ManagedSchedule
-from schedules.run_ids import replay_workflow_id
-from workflows.scheduled_run import WORKFLOW_NAME
+from cronwarden.schedules.run_ids import replay_workflow_id
+from cronwarden.workflows.scheduled_run import WORKFLOW_NAME
 
 REPLAYED = "replayed"
 FAILED = "failed"

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from schedules.model import ScheduleDefinition
-from schedules.window import Window
+from cronwarden.backfill.window import Window
+from cronwarden.schedules.model import ScheduleDefinition
 
 _DURATIONS = ("every", "catchup_window", "heartbeat_grace", "lock_ttl", "timeout", "jitter")
 _TIMEDELTA = TypeAdapter(timedelta)
