@@ -103,11 +103,9 @@ class GuardedRun:
             workflow_id=info.workflow_id,
         )
         spec = await self._job_spec(inp, info, log)
-        if spec is None:
+        if isinstance(spec, outbox.CommittedRecord):
             # Replaying a key that is already done must neither fail nor pause anything.
-            async with own_statements(self._pool) as conn:
-                digest = await outbox.done_digest(conn, inp.logical_key)
-            return self._already_done(inp, digest, info.attempt, log)
+            return self._already_done(inp, spec.args_digest, info.attempt, log)
         args = self._validate_args(spec, inp, log)
         fire_time = parse_fire_time(inp.fire_time)
         # Same workflow run + activity id = a Temporal retry of this very activity; the attempt
@@ -232,11 +230,10 @@ class GuardedRun:
             # The acquire statement read the outbox from a snapshot taken before it waited on
             # the lock row: a run of this key that committed (and released) while we waited is
             # only visible to a fresh statement.
-            async with own_statements(self._pool) as conn:
-                digest = await outbox.done_digest(conn, inp.logical_key)
-            if digest is not None:
+            done = await self._committed(inp.logical_key)
+            if done is not None:
                 await self._release(record, log)
-                return self._already_done(inp, digest, record.attempt, log)
+                return self._already_done(inp, done.args_digest, record.attempt, log)
 
             phase = "job"
             log.info("run.started", lock=inp.lock_name)
@@ -338,9 +335,11 @@ class GuardedRun:
             )
         if not committed.recorded:
             # Someone committed this key between our check and our commit; the job's writes
-            # were rolled back with our transaction, and the lease is released.
-            async with own_statements(self._pool) as conn:
-                digest = await outbox.done_digest(conn, inp.logical_key)
+            # were rolled back with our transaction, and the lease is released. The commit
+            # statement cannot report that record's args: it may have committed while our
+            # insert waited on it, after the statement's snapshot was taken.
+            done = await self._committed(inp.logical_key)
+            digest = None if done is None else done.args_digest
             return self._already_done(inp, digest, record.attempt, log)
         log.info(
             "run.committed",
@@ -355,12 +354,7 @@ class GuardedRun:
     ) -> RunOutcome:
         """The commit raised (connection killed at COMMIT, server restart): it may or may not
         have landed. Look, on a fresh connection, instead of guessing."""
-        try:
-            async with own_statements(self._pool) as conn:
-                token = await outbox.committed_token(conn, inp.logical_key)
-        except _DB_ERRORS:
-            token = None
-        if token == record.token:
+        if await self._own_commit_landed(record):
             log.info(
                 "run.committed", note="commit outcome confirmed after an error", error=str(exc)
             )
@@ -375,15 +369,16 @@ class GuardedRun:
 
     async def _job_spec(
         self, inp: GuardedRunInput, info: activity.Info, log: Any
-    ) -> JobSpec | None:
-        """The job, or None when this worker lacks it but the key is already done."""
+    ) -> JobSpec | outbox.CommittedRecord:
+        """The job, or the key's outbox record when this worker lacks the job but the key is
+        already done."""
         try:
             return self._registry.get(inp.job)
         except UnknownJob as exc:
             error = str(exc)
-        async with own_statements(self._pool) as conn:
-            if await outbox.done_digest(conn, inp.logical_key) is not None:
-                return None
+        done = await self._committed(inp.logical_key)
+        if done is not None:
+            return done
         # During a rolling deploy an old worker may pick up a run for a job only the new
         # workers have: retries go to any worker polling the queue, so only the run's last
         # attempt decides that the job is really gone.
@@ -467,11 +462,27 @@ class GuardedRun:
         fire of the schedule may hold it by now."""
         if phase != "commit":
             return True
+        return not await self._own_commit_landed(record)
+
+    async def _committed(self, logical_key: str) -> outbox.CommittedRecord | None:
+        """Is the key done, with which args digest and fencing token? The guard's one look at
+        the key's outbox record (besides the acquire statement's): a statement of its own on a
+        fresh connection, because a record that landed after this run's earlier snapshots
+        (the acquire's, the commit's) is only visible to a new one."""
+        async with own_statements(self._pool) as conn:
+            return await outbox.committed(conn, logical_key)
+
+    async def _own_commit_landed(self, record: CommitRecord) -> bool:
+        """Whether the key's record is the one our commit wrote, after the commit's outcome was
+        lost (an error at COMMIT, a cancellation): the fencing token tells our record from one
+        written by a run that took the lease since. A look that fails counts as not landed:
+        the caller takes the cautious branch (commit failed, lease lost), and the retry, kept
+        by the outbox from applying the key twice, finds out for sure."""
         try:
-            async with own_statements(self._pool) as conn:
-                return await outbox.committed_token(conn, record.logical_key) != record.token
+            done = await self._committed(record.logical_key)
         except _DB_ERRORS:
-            return True
+            return False
+        return done is not None and done.fencing_token == record.token
 
     async def _renew_lease(
         self,

@@ -68,7 +68,7 @@ RUN_TIMEOUT = timedelta(minutes=10)
 # Which guard statement a round trip ran, by a fragment of its SQL.
 _LABELS = [
     ("INSERT INTO cronwarden.locks", "acquire (+ outbox look)"),
-    ("SELECT args_digest FROM cronwarden.outbox", "outbox check"),
+    ("SELECT args_digest, fencing_token FROM cronwarden.outbox", "outbox check"),
     ("WITH fence AS", "commit (fence + outbox + heartbeat + release)"),
     ("pg_advisory_unlock_all", "pool reset on release"),
     ("UPDATE cronwarden.locks\n   SET holder = NULL", "release"),

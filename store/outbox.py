@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-_DONE_DIGEST = "SELECT args_digest FROM cronwarden.outbox WHERE logical_key = $1"
-_COMMITTED_TOKEN = "SELECT fencing_token FROM cronwarden.outbox WHERE logical_key = $1"
+_COMMITTED = "SELECT args_digest, fencing_token FROM cronwarden.outbox WHERE logical_key = $1"
 
 
-async def done_digest(conn: Any, logical_key: str) -> str | None:
-    """The args digest the key committed with, or None when the key has not committed."""
-    value: str | None = await conn.fetchval(_DONE_DIGEST, logical_key)
-    return value
+@dataclass(frozen=True)
+class CommittedRecord:
+    """What a committed key's outbox record says about the run that committed it."""
+
+    args_digest: str
+    """The digest of the args the key committed with."""
+    fencing_token: int
+    """The committing run's lease token: a run whose COMMIT raised compares it with its own
+    to learn whether it was its own commit that landed."""
 
 
-async def committed_token(conn: Any, logical_key: str) -> int | None:
-    """The fencing token of the run that committed the key: tells a run whose COMMIT raised
-    whether it was its own commit that landed."""
-    value: int | None = await conn.fetchval(_COMMITTED_TOKEN, logical_key)
-    return value
+async def committed(conn: Any, logical_key: str) -> CommittedRecord | None:
+    """The key's outbox record, or None when the key has not committed."""
+    row = await conn.fetchrow(_COMMITTED, logical_key)
+    if row is None:
+        return None
+    return CommittedRecord(args_digest=row["args_digest"], fencing_token=row["fencing_token"])
 
 
 _COMMITTED_KEYS = "SELECT logical_key FROM cronwarden.outbox WHERE logical_key = ANY($1::text[])"
