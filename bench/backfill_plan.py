@@ -52,6 +52,7 @@ from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.store import outbox
 from cronwarden.store.pool import create_pool
+from cronwarden.times import utc_text
 
 SCHEDULE_ID = "bench-minutely"
 NONE_DONE_ID = "bench-minutely-none-done"
@@ -182,8 +183,8 @@ def _lines(prefix: str) -> Callable[[str], int]:
 
 
 def commands(window: Window) -> list[Command]:
-    span = ["--start", _iso(window.start), "--end", _iso(window.end)]
-    since = ["--since", _iso(window.start)]
+    span = ["--start", utc_text(window.start), "--end", utc_text(window.end)]
+    since = ["--since", utc_text(window.start)]
     return [
         Command(
             "backfill plan --json", ["backfill", "plan", SCHEDULE_ID, *span, "--json"], _json_keys
@@ -200,16 +201,12 @@ def commands(window: Window) -> list[Command]:
 
 def worst_case(window: Window) -> Command:
     """The largest document: every key of the window, and the workflow id of each."""
-    span = ["--start", _iso(window.start), "--end", _iso(window.end)]
+    span = ["--start", utc_text(window.start), "--end", utc_text(window.end)]
     return Command(
         "backfill run --dry-run --json",
         ["backfill", "run", NONE_DONE_ID, *span, "--dry-run", "--json"],
         lambda text: len(json.loads(text)["workflow_ids"]),
     )
-
-
-def _iso(value: datetime) -> str:
-    return f"{value:%Y-%m-%dT%H:%M:%SZ}"
 
 
 async def _cli(stack: BenchStack, dsn: str, window: Window, args: list[str]) -> CliRun:

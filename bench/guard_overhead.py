@@ -6,7 +6,7 @@ Throughput: N runs of one kind are started as fast as the server accepts them, t
 runs/s = N / (first start .. last result). Bare and guarded alternate, several rounds, and the
 table reports the medians over `--repeat` rounds (the ratio is the median of the per-round ratios).
 
-Round trips are counted on the wire (bench/pgwire.py: a proxy in front of Postgres) for
+Round trips are counted on the wire (tests/support/pgwire.py: a proxy in front of Postgres) for
 guarded no-op runs made one after another, after a warm-up, so asyncpg's one-off statement
 preparations are left out; the job makes no statement, so every round trip is the guard's.
 Temporal DescribeSchedule calls made by the guard (for the heartbeat's next expected fire) are
@@ -49,12 +49,12 @@ from temporalio.worker import Worker
 import bench.jobs
 from bench.bare import BareInput, BareWorkflow, bare_noop
 from bench.cpu import own_cpu
-from bench.pgwire import RoundTripProxy, target_of
 from bench.stack import BenchStack, run_alone
 from bench.stats import median, ratio
 from bench.table import Row
 from bench.worker import bench_worker, make_schedules, worker_pool
 from cronwarden.workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
+from tests.support.pgwire import RoundTripProxy, target_of
 
 SCHEDULES = 10
 # Starts in flight at once: enough to keep the server's frontend busy, few enough not to time out.

@@ -31,7 +31,7 @@ from bench.stack import BenchStack, run_alone
 from bench.table import Row
 from cronwarden.backfill.plan import matching_times, plan_window
 from cronwarden.backfill.window import Window
-from cronwarden.monitor.loop import Monitor, MonitorOptions
+from cronwarden.monitor.passes import Monitor, MonitorOptions
 from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.schedules.apply import UNCHANGED, apply_definitions
 from cronwarden.schedules.inventory import schedule_ids

@@ -26,7 +26,7 @@ from cronwarden.config import DEV_ENV_FILE, Settings
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
 from cronwarden.errors import InvalidInput
 from cronwarden.logs import get_logger
-from cronwarden.monitor.loop import run_monitor
+from cronwarden.monitor.process import run_monitor
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.model import load_schedule_file
 from cronwarden.store.migrate import migrate

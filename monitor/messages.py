@@ -4,8 +4,9 @@ delivery. Its shape is the generic webhook's body, documented in the README."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
+
+from cronwarden.times import utc_text_or_none
 
 TRIGGER = "trigger"
 RESOLVE = "resolve"
@@ -22,10 +23,6 @@ def monitor_dedup_key(host: str) -> str:
     replica that reaches the database again must not close the alert of one that still cannot.
     The host, not the process, so a restarted monitor resolves what its predecessor opened."""
     return f"cronwarden:monitor:{host}"
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def incident_message(
@@ -46,8 +43,8 @@ def incident_message(
         "summary": summary,
         "details": dict(incident["details"] or {}),
         "schedules": [dict(s) for s in schedules],
-        "opened_at": _iso(incident["opened_at"]),
-        "resolved_at": _iso(incident.get("resolved_at")),
+        "opened_at": utc_text_or_none(incident["opened_at"]),
+        "resolved_at": utc_text_or_none(incident.get("resolved_at")),
         "resolution": incident.get("resolution"),
         "dedup_key": dedup_key(incident["schedule_id"]),
     }

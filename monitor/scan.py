@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cronwarden.store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
+from cronwarden.times import duration_text, utc_text, utc_text_or_none
 
 RECOVERED = "recovered"
 PAUSED = "paused"
@@ -59,18 +60,6 @@ class Plan:
     so the new problem pages (a run that took too long, then left the schedule overdue)."""
 
 
-def _duration(value: timedelta) -> str:
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
-
 def heartbeat_problem(beat: Mapping[str, Any], now: datetime) -> Problem | None:
     """Overdue when `next_expected_at + grace < now` and not paused by an operator; a schedule
     that has never succeeded is `never-ran`. Pauses by Temporal (pause_on_failure) are not in
@@ -82,21 +71,21 @@ def heartbeat_problem(beat: Mapping[str, Any], now: datetime) -> Problem | None:
     sid = beat["schedule_id"]
     late = now - expected
     details = {
-        "next_expected_at": _iso(expected),
-        "grace": _duration(grace),
-        "last_success_at": _iso(beat["last_success_at"]),
+        "next_expected_at": utc_text_or_none(expected),
+        "grace": duration_text(grace),
+        "last_success_at": utc_text_or_none(beat["last_success_at"]),
         "last_error": beat.get("last_error"),
         "late_seconds": int(late.total_seconds()),
     }
     if beat["last_success_at"] is None:
         summary = (
             f"schedule {sid} never ran: its first fire was expected at "
-            f"{expected:%Y-%m-%dT%H:%M:%SZ} (grace {_duration(grace)})"
+            f"{utc_text(expected)} (grace {duration_text(grace)})"
         )
         return Problem(sid, NEVER_RAN, summary, details)
     summary = (
-        f"schedule {sid} is overdue: a run was expected at {expected:%Y-%m-%dT%H:%M:%SZ} "
-        f"(grace {_duration(grace)}); last success {beat['last_success_at']:%Y-%m-%dT%H:%M:%SZ}"
+        f"schedule {sid} is overdue: a run was expected at {utc_text(expected)} "
+        f"(grace {duration_text(grace)}); last success {utc_text(beat['last_success_at'])}"
     )
     if beat.get("last_error"):
         summary += f"; last error: {str(beat['last_error'])[:200]}"
@@ -110,13 +99,13 @@ def lease_problem(lease: Mapping[str, Any], now: datetime) -> Problem:
         sid,
         RUNNING_TOO_LONG,
         f"schedule {sid}: run {lease['logical_key']} started at "
-        f"{lease['acquired_at']:%Y-%m-%dT%H:%M:%SZ} and is still running past its timeout + "
-        f"grace ({deadline:%Y-%m-%dT%H:%M:%SZ})",
+        f"{utc_text(lease['acquired_at'])} and is still running past its timeout + "
+        f"grace ({utc_text(deadline)})",
         {
             "logical_key": lease["logical_key"],
             "holder": lease["holder"],
-            "started_at": _iso(lease["acquired_at"]),
-            "run_deadline": _iso(deadline),
+            "started_at": utc_text_or_none(lease["acquired_at"]),
+            "run_deadline": utc_text_or_none(deadline),
             "over_seconds": int((now - deadline).total_seconds()),
         },
     )

@@ -55,6 +55,7 @@ from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.preview import next_fire_times
 from cronwarden.store import definitions as definition_history
 from cronwarden.store import heartbeats
+from cronwarden.times import utc_text_or_none
 
 log = get_logger("cronwarden.schedules")
 
@@ -615,7 +616,7 @@ def _log_change(change: Change) -> None:
         f"schedule.{change.action}",
         schedule_id=change.schedule_id,
         changed_fields=change.changed_fields,
-        next_fire=change.next_fire.isoformat() if change.next_fire else None,
+        next_fire=utc_text_or_none(change.next_fire),
     )
 
 

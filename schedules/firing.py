@@ -14,9 +14,8 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 
 from cronwarden.schedules.cron import CronFields, CronLint, cron_fields, validate_cron
-from cronwarden.schedules.durations import format_duration
 from cronwarden.schedules.spec_parts import SkipCalendar
-from cronwarden.times import utc_text
+from cronwarden.times import format_duration, utc_text
 
 # Temporal's calendar never matches after this year (maxCalendarYear).
 _LAST_YEAR = 2100

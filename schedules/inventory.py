@@ -28,9 +28,8 @@ from cronwarden.activities.contract import ORPHAN_NOTE_PREFIX
 from cronwarden.errors import CronwardenError
 from cronwarden.schedules import schedule_list
 from cronwarden.schedules.bounded import map_bounded
-from cronwarden.schedules.durations import format_duration
 from cronwarden.schedules.mapping import DEFINITION_MEMO, MANAGED_MEMO, marks_managed
-from cronwarden.times import utc_text
+from cronwarden.times import duration_text, format_duration, utc_text
 
 # How many ids an "unknown schedule" error lists before it says "…".
 _KNOWN_SHOWN = 10
@@ -192,7 +191,7 @@ async def view(client: Client, desc: ScheduleDescription) -> ScheduleView:
         definition=definition,
         spec=spec_text(definition, desc.schedule.spec),
         overlap=_overlap_name(policy.overlap),
-        catchup_window=_duration_text(policy.catchup_window) if policy.catchup_window else None,
+        catchup_window=duration_text(policy.catchup_window) if policy.catchup_window else None,
         pause_on_failure=policy.pause_on_failure,
         paused=state.paused,
         note=state.note or None,
@@ -349,7 +348,7 @@ def spec_text(definition: dict[str, Any] | None, spec: ScheduleSpec) -> str:
     if definition is not None:
         return definition_spec_text(definition)
     parts = [f"cron {c}" for c in spec.cron_expressions]
-    parts += [f"every {_duration_text(i.every)}" for i in spec.intervals]
+    parts += [f"every {duration_text(i.every)}" for i in spec.intervals]
     if spec.calendars:
         parts.append(f"{len(spec.calendars)} calendar(s)")
     if spec.start_at:
@@ -359,7 +358,7 @@ def spec_text(definition: dict[str, Any] | None, spec: ScheduleSpec) -> str:
     if spec.skip:
         parts.append(f"{len(spec.skip)} skip calendar(s)")
     if spec.jitter:
-        parts.append(f"jitter {_duration_text(spec.jitter)}")
+        parts.append(f"jitter {duration_text(spec.jitter)}")
     return "; ".join(parts) or "no spec"
 
 
@@ -404,13 +403,6 @@ def _skip_text(skip: Any) -> str:
     ):
         return f"{fields['year']}-{int(fields['month']):02d}-{int(fields['day_of_month']):02d}"
     return " ".join(f"{k}={v}" for k, v in fields.items()) or "every time"
-
-
-def _duration_text(td: timedelta) -> str:
-    try:
-        return format_duration(td)
-    except ValueError:
-        return str(td)
 
 
 def _overlap_name(policy: ScheduleOverlapPolicy) -> str:

@@ -33,9 +33,10 @@ from cronwarden.activities.jobs import InvalidArgs, JobRegistry, UnknownJob
 from cronwarden.errors import InvalidInput, ScheduleFileError
 from cronwarden.schedules.cron import validate_cron
 from cronwarden.schedules.duplicates import duplicates_in_file
-from cronwarden.schedules.durations import format_duration, parse_duration
+from cronwarden.schedules.durations import parse_duration
 from cronwarden.schedules.firing import never_fires
 from cronwarden.schedules.spec_parts import SkipCalendar, skip_calendar, utc_instant
+from cronwarden.times import format_duration
 
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _LOCK_MAX = 200

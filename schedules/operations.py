@@ -34,6 +34,7 @@ from cronwarden.schedules.inventory import (
 )
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.store import heartbeats
+from cronwarden.times import utc_text_or_none
 
 log = get_logger("cronwarden.schedules")
 
@@ -104,7 +105,7 @@ async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> Sched
     log.info(
         "schedule.unpaused",
         schedule_id=schedule_id,
-        next_expected_at=next_fire.isoformat() if next_fire else None,
+        next_expected_at=utc_text_or_none(next_fire),
         heartbeat_created=not had_row,
     )
     return after

@@ -21,6 +21,7 @@ from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleState
 from cronwarden.logs import get_logger
 from cronwarden.schedules.mapping import to_temporal
 from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.times import utc_text
 
 PREVIEW_COUNT = 3
 PREVIEW_PREFIX = "cronwarden-preview-"
@@ -71,7 +72,7 @@ async def next_fire_times(
             )
         )
     times = [t.ToDatetime(tzinfo=UTC) for t in response.start_time[:count]]
-    log.info("schedule.preview", schedule_id=defn.id, next_fires=[t.isoformat() for t in times])
+    log.info("schedule.preview", schedule_id=defn.id, next_fires=[utc_text(t) for t in times])
     return times
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
+import asyncpg
 from temporalio.client import Client
 
 from cronwarden.activities.contract import ORPHAN_NOTE_PREFIX
@@ -31,7 +32,12 @@ from cronwarden.schedules.inventory import (
     listed_views,
 )
 from cronwarden.schedules.inventory import view as view_of
+from cronwarden.store import definitions as definition_store
+from cronwarden.store import heartbeats as heartbeat_store
+from cronwarden.store import incidents as incident_store
+from cronwarden.store import notifications as notification_store
 from cronwarden.store.heartbeats import lifted_deadline
+from cronwarden.times import utc_text_or_none
 
 
 @dataclass
@@ -90,10 +96,10 @@ class StatusRow:
             "orphaned": self.orphaned,
             "last_success": {
                 "logical_key": self.last_success_key,
-                "at": _iso(self.last_success_at),
+                "at": utc_text_or_none(self.last_success_at),
                 "age_seconds": int(age.total_seconds()) if age is not None else None,
             },
-            "next_expected_at": _iso(self.next_expected_at),
+            "next_expected_at": utc_text_or_none(self.next_expected_at),
             "health": self.health,
             "last_error": self.last_error,
             "skipped_overlap": self.skipped_overlap,
@@ -101,7 +107,10 @@ class StatusRow:
             "skipped_lease": self.lease_skips,
             "last_lease_skip": self.last_lease_skip,
             "incident": incident_json(self.incident),
-            "last_replay": {"logical_key": self.last_replay_key, "at": _iso(self.last_replay_at)},
+            "last_replay": {
+                "logical_key": self.last_replay_key,
+                "at": utc_text_or_none(self.last_replay_at),
+            },
         }
 
 
@@ -112,7 +121,7 @@ def incident_json(incident: dict[str, Any] | None) -> dict[str, Any] | None:
         "id": incident["id"],
         "kind": incident["kind"],
         "summary": incident["summary"],
-        "opened_at": _iso(incident["opened_at"]),
+        "opened_at": utc_text_or_none(incident["opened_at"]),
         "system_incident_id": incident["parent_id"],
     }
 
@@ -124,7 +133,7 @@ def lease_skip_json(beat: dict[str, Any] | None) -> dict[str, Any] | None:
     return {
         "logical_key": beat["last_lease_skip_key"],
         "holder": beat["last_lease_skip_holder"],
-        "at": _iso(beat["last_lease_skip_at"]),
+        "at": utc_text_or_none(beat["last_lease_skip_at"]),
     }
 
 
@@ -195,6 +204,44 @@ async def status_rows(
     without the describe that would have found its run still going."""
     views = await read_views(client, beats, definitions, now=now)
     return build_rows(views, beats, now=now, incidents=incidents)
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """Everything `status` shows, read at one `now`."""
+
+    generated_at: datetime
+    rows: list[StatusRow]
+    system_incident: dict[str, Any] | None
+    """The open incident that is about no schedule (the database check), if any."""
+    dead_letters: list[dict[str, Any]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "generated_at": utc_text_or_none(self.generated_at),
+            "system_incident": incident_json(self.system_incident),
+            "schedules": [r.as_json() for r in self.rows],
+            "dead_letters": [dead_letter_json(d) for d in self.dead_letters],
+        }
+
+
+async def status_report(client: Client, pool: asyncpg.Pool, *, now: datetime) -> StatusReport:
+    """Reads the heartbeats, recorded definitions, open incidents and dead letters in one
+    connection, then Temporal's schedules, and judges every row at `now`."""
+    async with pool.acquire() as conn:
+        beats = await heartbeat_store.all_rows(conn)
+        recorded = await definition_store.latest_all(conn)
+        open_incidents = await incident_store.open_incidents(conn)
+        dead = await notification_store.dead_letters(conn)
+    by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}
+    rows = await status_rows(client, beats, recorded, now=now, incidents=by_schedule)
+    system = [i for i in open_incidents if i["schedule_id"] is None]
+    return StatusReport(
+        generated_at=now,
+        rows=rows,
+        system_incident=system[0] if system else None,
+        dead_letters=dead,
+    )
 
 
 def build_rows(
@@ -316,10 +363,6 @@ def _health(
     )
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
-
-
 def display_time(value: datetime | None, zone: tzinfo) -> str:
     if value is None:
         return "-"
@@ -353,7 +396,7 @@ def dead_letter_json(row: dict[str, Any]) -> dict[str, Any]:
         "sink": row["sink"],
         "attempts": row["attempts"],
         "error": row["last_error"],
-        "dead_at": _iso(row["dead_at"]),
+        "dead_at": utc_text_or_none(row["dead_at"]),
     }
 
 

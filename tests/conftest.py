@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.tally import FAULT_ROW_PROPERTY, FaultRow, render, scenario_order
+# The shared helpers' asserts explain themselves as a test's do. This must come before anything
+# imports them: a helper module imported earlier keeps its plain asserts.
+pytest.register_assert_rewrite("tests.support")
+
+from tests.support.faults.tally import (  # noqa: E402
+    FAULT_ROW_PROPERTY,
+    FaultRow,
+    render,
+    scenario_order,
+)
 
 _FAULT_ROWS: list[FaultRow] = []
 

@@ -32,7 +32,7 @@ def monitor_command(
     """Page for schedules that did not run (or run too long). Reads Postgres only."""
 
     async def go() -> None:
-        from cronwarden.monitor.loop import run_monitor
+        from cronwarden.monitor.process import run_monitor
 
         await run_monitor(
             load_settings(),

@@ -19,14 +19,13 @@ from rich.table import Table
 
 from cronwarden.cli.support import emit_json, load_settings, out, print_wide, run_command
 from cronwarden.errors import InvalidInput
-from cronwarden.times import utc_text
+from cronwarden.times import utc_text, utc_text_or_none
 
 if TYPE_CHECKING:
     import asyncpg
     from temporalio.client import Client
 
     from cronwarden.schedules.apply import Change
-    from cronwarden.schedules.inventory import ListedView, ScheduleView
     from cronwarden.schedules.status import StatusRow
 
 schedules_app = typer.Typer(help="Register, inspect and operate schedules.", no_args_is_help=True)
@@ -41,10 +40,6 @@ HEALTH_STYLE = {
     "overdue": "bold red",
     "paused": "cyan",
 }
-
-
-def _iso(value: datetime | None) -> str | None:
-    return utc_text(value) if value else None
 
 
 @asynccontextmanager
@@ -135,8 +130,8 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
                         "schedule_id": c.schedule_id,
                         "action": c.action,
                         "changed_fields": c.changed_fields,
-                        "next_fire": _iso(c.next_fire),
-                        "next_fires": [_iso(t) for t in c.next_fires],
+                        "next_fire": utc_text_or_none(c.next_fire),
+                        "next_fires": [utc_text_or_none(t) for t in c.next_fires],
                     }
                     for c in changes
                 ],
@@ -146,7 +141,7 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
     prefix = "would be " if dry_run else ""
     for c in changes:
         detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
-        nxt = f", next fire {_iso(c.next_fire)}" if c.next_fire else ""
+        nxt = f", next fire {utc_text_or_none(c.next_fire)}" if c.next_fire else ""
         if c.next_fires:
             nxt = ", next fires " + ", ".join(utc_text(t) for t in c.next_fires)
         elif dry_run and c.action in ("created", "updated"):
@@ -156,33 +151,17 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
         out.print("nothing to change" if changes else "the file lists no schedules")
 
 
-def _view_json(v: ScheduleView | ListedView) -> dict[str, Any]:
-    return {
-        "schedule_id": v.schedule_id,
-        "managed": v.managed,
-        "job": v.job,
-        "spec": v.spec,
-        "overlap": v.overlap,
-        "paused": v.paused,
-        "note": v.note,
-        "next_fire": _iso(v.next_fire_times[0]) if v.next_fire_times else None,
-    }
-
-
 @schedules_app.command("list")
 def schedules_list(as_json: JsonOption = False) -> None:
     """Every schedule of the namespace; those cronwarden did not create are marked unmanaged."""
 
     async def go() -> None:
-        from cronwarden.schedules.inventory import listed_views
-        from cronwarden.store import definitions
+        from cronwarden.schedules.describe import listed, view_json
 
         async with _temporal_and_db() as (client, pool):
-            async with pool.acquire() as conn:
-                recorded = await definitions.latest_all(conn)
-            views = await listed_views(client, recorded)
+            views = await listed(client, pool)
         if as_json:
-            emit_json({"schedules": [_view_json(v) for v in views]})
+            emit_json({"schedules": [view_json(v) for v in views]})
             return
         if not views:
             out.print("no schedules")
@@ -195,94 +174,11 @@ def schedules_list(as_json: JsonOption = False) -> None:
                 escape(v.spec),
                 v.overlap or "-",
                 escape(f"yes: {v.note}" if v.paused and v.note else "yes" if v.paused else "no"),
-                _iso(v.next_fire_times[0]) if v.next_fire_times else "-",
+                utc_text_or_none(v.next_fire_times[0]) if v.next_fire_times else "-",
             )
         print_wide(table)
 
     run_command(go)
-
-
-async def _run_outcome(
-    client: Client, workflow_id: str, run_id: str, *, managed: bool
-) -> tuple[str, str | None]:
-    """Temporal's status of a run and, for a completed run of a managed schedule, the guard's
-    in-band outcome (`ran`, `already-done`, `overlap-locked`)."""
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from cronwarden.activities.contract import RunOutcome
-
-    handle = client.get_workflow_handle(workflow_id, run_id=run_id, result_type=RunOutcome)
-    try:
-        wf = await handle.describe()
-        status = wf.status.name.lower() if wf.status else "unknown"
-        if status != "completed" or not managed:
-            # A foreign schedule's workflow returns whatever it likes: not ours to decode.
-            return status, None
-        try:
-            result = await handle.result(follow_runs=False)
-        except (TypeError, ValueError, KeyError, RuntimeError):
-            # Not a RunOutcome (another shape) or a payload codec this process lacks: the
-            # status is still worth showing.
-            return status, None
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            # Past the namespace's retention: Temporal no longer knows it; the outbox may.
-            return "expired", None
-        raise
-    return status, result.outcome
-
-
-async def _describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> dict[str, Any]:
-    from cronwarden.activities.contract import logical_key
-    from cronwarden.schedules.status import lease_skip_json
-    from cronwarden.store import heartbeats, outbox
-
-    keys = {r.workflow_id: logical_key(v.schedule_id, r.scheduled_at) for r in v.recent_runs}
-    async with pool.acquire() as conn:
-        committed = await outbox.committed_keys(conn, list(keys.values())) if v.managed else None
-        beat = await heartbeats.get(conn, v.schedule_id)
-    runs = []
-    for r in sorted(v.recent_runs, key=lambda r: r.scheduled_at, reverse=True):
-        status, outcome = await _run_outcome(client, r.workflow_id, r.run_id, managed=v.managed)
-        runs.append(
-            {
-                "logical_key": keys[r.workflow_id],
-                "scheduled_at": _iso(r.scheduled_at),
-                "started_at": _iso(r.started_at),
-                "workflow_id": r.workflow_id,
-                "status": status,
-                "outcome": outcome,
-                "committed": None if committed is None else keys[r.workflow_id] in committed,
-            }
-        )
-    return {
-        **_view_json(v),
-        "catchup_window": v.catchup_window,
-        "pause_on_failure": v.pause_on_failure,
-        "orphaned": v.orphaned,
-        "next_fire_times": [_iso(t) for t in v.next_fire_times[:5]],
-        "recent_runs": runs,
-        "running": v.running,
-        "skipped_overlap": v.skipped_overlap,
-        "missed_catchup": v.missed_catchup,
-        "heartbeat": None
-        if beat is None
-        else {
-            "last_logical_key": beat["last_logical_key"],
-            "last_success_at": _iso(beat["last_success_at"]),
-            # Replays (`backfill run`) are recorded apart: they never move the live fields.
-            "last_replay_key": beat.get("last_replay_key"),
-            "last_replay_at": _iso(beat.get("last_replay_at")),
-            "next_expected_at": _iso(beat["next_expected_at"]),
-            "grace_seconds": int(beat["grace"].total_seconds()),
-            "paused": beat["paused"],
-            "paused_reason": beat["paused_reason"],
-            "last_error": beat["last_error"],
-            "skipped_lease": beat["lease_skips"],
-            "last_lease_skip": lease_skip_json(beat),
-        },
-        "definition": v.definition,
-    }
 
 
 @schedules_app.command("describe")
@@ -290,11 +186,11 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
     """Spec, policies, pause, the next 5 fire times, recent runs and Temporal's counters."""
 
     async def go() -> None:
-        from cronwarden.schedules.inventory import get_view
+        from cronwarden.schedules.describe import described
         from cronwarden.schedules.status import lease_skip_text
 
         async with _temporal_and_db() as (client, pool):
-            data = await _describe_json(client, pool, await get_view(client, schedule_id))
+            data = await described(client, pool, schedule_id)
         if as_json:
             emit_json(data)
             return
@@ -365,7 +261,7 @@ def schedules_unpause(schedule_id: IdArgument) -> None:
 
         async with _temporal_and_db() as (client, pool):
             v = await operations.unpause(client, pool, schedule_id)
-        nxt = _iso(v.next_fire_times[0]) if v.next_fire_times else "none"
+        nxt = utc_text_or_none(v.next_fire_times[0]) if v.next_fire_times else "none"
         out.print(escape(f"{schedule_id}: unpaused, next fire {nxt}"))
 
     run_command(go)
@@ -386,7 +282,7 @@ def schedules_trigger(schedule_id: IdArgument, as_json: JsonOption = False) -> N
                     "schedule_id": t.schedule_id,
                     "workflow_id": t.workflow_id,
                     "logical_key": t.logical_key,
-                    "fire_time": _iso(t.fire_time),
+                    "fire_time": utc_text_or_none(t.fire_time),
                     "note": t.note,
                 }
             )
@@ -468,32 +364,20 @@ def status_command(
     """One table of every schedule: pause, last success, next expected fire and health."""
 
     async def go() -> None:
-        from cronwarden.schedules.status import dead_letter_json, incident_json, status_rows
-        from cronwarden.store import definitions, heartbeats, incidents, notifications
+        from cronwarden.schedules.status import status_report
 
         zone = _zone(tz)
         async with _temporal_and_db() as (client, pool):
-            async with pool.acquire() as conn:
-                beats = await heartbeats.all_rows(conn)
-                recorded = await definitions.latest_all(conn)
-                open_incidents = await incidents.open_incidents(conn)
-                dead = await notifications.dead_letters(conn)
-            by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}
-            now = datetime.now(UTC)
-            rows = await status_rows(client, beats, recorded, now=now, incidents=by_schedule)
-        system = [i for i in open_incidents if i["schedule_id"] is None]
+            report = await status_report(client, pool, now=datetime.now(UTC))
         if as_json:
-            emit_json(
-                {
-                    "generated_at": _iso(now),
-                    "system_incident": incident_json(system[0]) if system else None,
-                    "schedules": [r.as_json() for r in rows],
-                    "dead_letters": [dead_letter_json(d) for d in dead],
-                }
-            )
+            emit_json(report.as_json())
             return
         _print_status(
-            rows, zone=zone, now=now, system_incident=system[0] if system else None, dead=dead
+            report.rows,
+            zone=zone,
+            now=report.generated_at,
+            system_incident=report.system_incident,
+            dead=report.dead_letters,
         )
 
     run_command(go)

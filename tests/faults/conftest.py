@@ -2,8 +2,8 @@
 
 Faults here stop and restart Postgres and Temporal, so the suite runs against its own pair
 (Temporal persisted to a SQLite file, so a restart keeps schedules and histories) instead of
-the integration tests' session servers. Everything else is the integration fixtures, re-bound
-to these servers.
+the integration tests' session servers. Everything else is the integration tests' fixtures
+(tests/support/fixtures.py), re-bound to these servers.
 """
 
 from __future__ import annotations
@@ -14,21 +14,20 @@ from dataclasses import asdict
 import pytest
 
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
-from tests.faults.one_key import one_key  # noqa: F401  (fixture for the scenarios)
-from tests.faults.tally import FAULT_ROW_PROPERTY, FaultRow
-from tests.faults.worker_process import start_worker  # noqa: F401  (fixture for the scenarios)
-from tests.integration.conftest import (  # noqa: F401  (fixtures, re-bound to the servers below)
+from tests.support.faults.one_key import one_key  # noqa: F401  (fixture for the scenarios)
+from tests.support.faults.tally import FAULT_ROW_PROPERTY, FaultRow
+from tests.support.faults.worker_process import start_worker  # noqa: F401  (fixture for the scenarios)
+from tests.support.fixtures import (  # noqa: F401  (fixtures, re-bound to the servers below)
     cli_env,
     client,
     database,
-    embedded_postgres,
-    embedded_temporal,
     pool,
     schedule_id,
     task_queue,
     template_db,
     worker,
 )
+from tests.support.servers import embedded_postgres, embedded_temporal
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Scenario 8: the worker's wall clock is 5 minutes fast, or 5 minutes slow.
 
-The skew is injected into the worker subprocess only (see `skewed_clock/sitecustomize.py`): the
-servers, the monitor and this test keep the real clock. Keys must come from Temporal's nominal
+The skew is injected into the worker subprocess only (see
+`tests/support/faults/skewed_clock/sitecustomize.py`): the servers, the monitor and this test keep
+the real clock. Keys must come from Temporal's nominal
 fire times and the heartbeat's next expected fire from Temporal's schedule: the test checks
 both, and that the monitor pages for nothing. (Leases and run deadlines are taken from Postgres'
 now(); only the absence of a page speaks for them here.)
@@ -10,25 +11,25 @@ now(); only the absence of a page speaks for them here.)
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 
 import asyncpg
 import pytest
 from temporalio.client import Client
 
 from cronwarden.schedules.apply import apply_definitions
-from tests.faults.fires import Watch, fire_row, fires_after, freeze, monitor_passes
-from tests.faults.fires import watch as watch
-from tests.faults.tally import FaultRow
-from tests.faults.worker_process import StartWorker
-from tests.faults.worker_process import start_worker as start_worker
-from tests.integration.conftest import REPO_ROOT, fetch, wait_for
-from tests.monitor_support import receiver as receiver
+from tests.support.database import fetch
+from tests.support.faults.fires import Watch, fire_row, fires_after, freeze, monitor_passes
+from tests.support.faults.fires import watch as watch
+from tests.support.faults.tally import FaultRow
+from tests.support.faults.worker_process import SKEWED_CLOCK, StartWorker
+from tests.support.faults.worker_process import start_worker as start_worker
+from tests.support.monitor import receiver as receiver
+from tests.support.paths import REPO_ROOT
 from tests.support.schedules import definition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-SKEWED_CLOCK = Path(__file__).parent / "skewed_clock"
 FIVE_MINUTES = 300.0
 INTERVAL = timedelta(seconds=2)
 SLACK = timedelta(seconds=10)  # far below the skew

@@ -19,13 +19,14 @@ from cronwarden.backfill.plan import load_managed, plan
 from cronwarden.backfill.window import Window
 from cronwarden.embedded import EmbeddedPostgres
 from cronwarden.schedules.apply import apply_definitions
-from tests.faults.commit_cutter import CommitCutter
-from tests.faults.counts import check, tally, within
-from tests.faults.one_key import OneKey, outbox_of
-from tests.faults.tally import FaultRow
-from tests.faults.worker_process import StartWorker, WorkerProcess
-from tests.integration.conftest import fetch, wait_for
+from tests.support.database import fetch
+from tests.support.faults.commit_cutter import CommitCutter
+from tests.support.faults.counts import check, tally, within
+from tests.support.faults.one_key import OneKey, outbox_of
+from tests.support.faults.tally import FaultRow
+from tests.support.faults.worker_process import StartWorker, WorkerProcess
 from tests.support.schedules import definition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

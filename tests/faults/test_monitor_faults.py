@@ -18,19 +18,14 @@ import asyncpg
 import pytest
 
 from cronwarden.monitor.sinks.webhook import DELIVERY_HEADER
-from tests.faults.counts import within
-from tests.faults.fires import Watch, monitor_passes
-from tests.faults.tally import FaultRow
-from tests.integration.conftest import fetch, wait_for
-from tests.monitor_support import (
-    env_for,
-    held_mid_send,
-    settings_for,
-    stage_many,
-    start_monitor,
-)
-from tests.monitor_support import receiver as receiver
-from tests.receiver import Receiver
+from tests.support.database import fetch
+from tests.support.faults.counts import within
+from tests.support.faults.fires import Watch, monitor_passes
+from tests.support.faults.tally import FaultRow
+from tests.support.monitor import env_for, held_mid_send, settings_for, stage_many, start_monitor
+from tests.support.monitor import receiver as receiver
+from tests.support.receiver import Receiver
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

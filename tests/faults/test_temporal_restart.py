@@ -20,13 +20,12 @@ from temporalio.client import Client
 
 from cronwarden.embedded import EmbeddedTemporal
 from cronwarden.schedules.apply import apply_definitions
-from tests.faults.fires import fire_row, fires_after, freeze
-from tests.faults.tally import FaultRow
-from tests.faults.worker_process import StartWorker
-from tests.faults.worker_process import start_worker as start_worker
-from tests.integration.conftest import wait_for
-from tests.integration.test_backfill import clock_past
+from tests.support.faults.fires import fire_row, fires_after, freeze
+from tests.support.faults.tally import FaultRow
+from tests.support.faults.worker_process import StartWorker
+from tests.support.faults.worker_process import start_worker as start_worker
 from tests.support.schedules import definition
+from tests.support.waiting import clock_past, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,12 +11,12 @@ import pytest
 
 from cronwarden.activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN
 from cronwarden.activities.guard import GuardedRun
-from tests.faults.counts import check
-from tests.faults.exit_after_commit import EXIT_CODE
-from tests.faults.one_key import OneKey
-from tests.faults.worker_process import StartWorker
-from tests.integration.conftest import wait_for
-from tests.integration.test_guard import lease_holder
+from tests.support.faults.counts import check
+from tests.support.faults.exit_after_commit import EXIT_CODE
+from tests.support.faults.one_key import OneKey
+from tests.support.faults.worker_process import StartWorker
+from tests.support.runs import lease_holder
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,9 @@ async def test_a_worker_killed_after_commit_leaves_its_retry_nothing_to_do(
 ) -> None:
     # The wrap must exist only in the doomed worker, never in this process's own workers.
     assert GuardedRun._commit.__module__ == "cronwarden.activities.guard"
-    doomed = start_worker(CRONWARDEN_JOBS="tests.jobs,tests.faults.exit_after_commit")
+    doomed = start_worker(
+        CRONWARDEN_JOBS="tests.support.jobs,tests.support.faults.exit_after_commit"
+    )
     handle = await one_key.start(lock_ttl=30)
     code = await doomed.exited(timeout=60)
     # Committed, and Temporal never heard of it: the activity is still open there.
@@ -79,7 +81,7 @@ async def test_a_holder_frozen_at_its_commit_is_fenced_off_by_the_taker_of_its_l
     # gate keeps it from committing. Thawed, the holder runs its commit statement while the
     # taker holds the lease: only the fencing check stands between it and a second effect.
     holder = start_worker(
-        CRONWARDEN_JOBS="tests.jobs,tests.faults.freeze_before_commit",
+        CRONWARDEN_JOBS="tests.support.jobs,tests.support.faults.freeze_before_commit",
         CRONWARDEN_MAX_CONCURRENT_RUNS="1",
     )
     gate = tmp_path / "gate"

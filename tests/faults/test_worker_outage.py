@@ -21,18 +21,18 @@ from temporalio.client import Client
 from cronwarden.activities.contract import ALREADY_DONE, OVERLAP_LOCKED
 from cronwarden.backfill.replay import REPLAYED
 from cronwarden.schedules.apply import apply_definitions
-from tests.faults.counts import within
-from tests.faults.fires import Watch, fire_row, fires_after, freeze, listed_by_plan
-from tests.faults.fires import watch as watch
-from tests.faults.tally import FaultRow
-from tests.faults.worker_process import StartWorker
-from tests.faults.worker_process import start_worker as start_worker
-from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_backfill import clock_past
-from tests.monitor_support import events
-from tests.monitor_support import receiver as receiver
 from tests.support.cli import cli_json, iso
+from tests.support.database import fetch
+from tests.support.faults.counts import within
+from tests.support.faults.fires import Watch, fire_row, fires_after, freeze, listed_by_plan
+from tests.support.faults.fires import watch as watch
+from tests.support.faults.tally import FaultRow
+from tests.support.faults.worker_process import StartWorker
+from tests.support.faults.worker_process import start_worker as start_worker
+from tests.support.monitor import events
+from tests.support.monitor import receiver as receiver
 from tests.support.schedules import definition
+from tests.support.waiting import clock_past, wait_for
 
 pytestmark = pytest.mark.integration
 

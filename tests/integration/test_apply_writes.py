@@ -29,7 +29,7 @@ from cronwarden.schedules.apply import (
 )
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.store import heartbeats
-from tests.integration.conftest import fetch
+from tests.support.database import fetch
 
 pytestmark = pytest.mark.integration
 

@@ -46,16 +46,13 @@ from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.mapping import MANAGED_MEMO, to_temporal
 from cronwarden.schedules.run_ids import REPLAY_INFIX, replay_workflow_id
 from cronwarden.store import locks
-from tests.integration.conftest import (
-    REPO_ROOT,
-    cronwarden_argv,
-    fetch,
-    in_process_worker,
-    wait_for,
-)
-from tests.integration.test_guard import effects
-from tests.support.cli import cli, cli_json, iso
+from tests.support.cli import cli, cli_json, cronwarden_argv, iso
+from tests.support.database import fetch
+from tests.support.paths import REPO_ROOT
+from tests.support.runs import effects
 from tests.support.schedules import definition, every_two_seconds
+from tests.support.servers import in_process_worker
+from tests.support.waiting import clock_past, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -76,10 +73,6 @@ async def effects_per_key(pool: asyncpg.Pool, schedule_id: str) -> dict[str, int
         f"{schedule_id}@%",
     )
     return {r["logical_key"]: r["n"] for r in rows}
-
-
-async def clock_past(moment: datetime) -> bool:
-    return datetime.now(UTC) > moment
 
 
 async def test_an_outage_is_planned_exactly_replayed_once_and_then_plans_empty(
@@ -510,28 +503,49 @@ async def _none(listing: Callable[[], Awaitable[list[str]]]) -> bool:
 
 
 async def test_a_replay_racing_the_live_run_of_its_key_applies_once(
-    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+    tmp_path: Path,
 ) -> None:
-    # Each run holds the schedule's lease for 3 s: the replay of the key being run finds it held.
-    defn = definition(schedule_id, every="10s", args={"sleep": 3})
+    # The live run waits at a gate while it holds the schedule's lease; the gate opens only
+    # once the replay of the same key is queued behind it, so the race happens every time.
+    gate = tmp_path / "gate"
+    defn = definition(schedule_id, every="10s", job="gated", args={"gate": str(gate)})
     await apply_definitions(client, pool, [defn], task_queue=task_queue)
     handle = client.get_schedule_handle(schedule_id)
+    lease = f"schedule:{schedule_id}"
     try:
 
         async def live_key() -> str | None:
             rows = await fetch(
                 pool,
                 "SELECT logical_key FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL",
-                f"schedule:{schedule_id}",
+                lease,
             )
             return rows[0]["logical_key"] if rows else None
+
+        async def replay_queued() -> bool:
+            rows = await fetch(
+                pool,
+                "SELECT 1 FROM cronwarden.lock_waiters WHERE name = $1 AND expires_at > now()",
+                lease,
+            )
+            return bool(rows)
 
         held = await wait_for(live_key, timeout=30, what="a live run holding the lease")
         assert held is not None
         key = held
         fire_time = datetime.strptime(key.split("@")[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         schedule = await load_managed(client, schedule_id)
-        result = await replay_one(client, schedule, fire_time, lock_wait=20)
+        replay = asyncio.create_task(replay_one(client, schedule, fire_time, lock_wait=30))
+        try:
+            await wait_for(replay_queued, timeout=30, what="the replay waiting for the lease")
+        finally:
+            gate.touch()
+        result = await replay
         await wait_for(lambda: _done(pool, key), timeout=30, what="the live run to commit")
     finally:
         await handle.delete()

@@ -13,7 +13,7 @@ import pytest
 
 from bench.__main__ import MODULES
 from bench.fire_lag import PHASES
-from tests.integration.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

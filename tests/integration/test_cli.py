@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -23,16 +22,12 @@ from temporalio.client import (
 from cronwarden.embedded import EmbeddedPostgres
 from cronwarden.schedules.apply import describe_or_none
 from cronwarden.schedules.preview import PREVIEW_PREFIX
-from tests.integration.conftest import fetch, wait_for
 from tests.support.cli import cli
+from tests.support.database import fetch
+from tests.support.schedules import write_schedules_file
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / f"schedules-{uuid.uuid4().hex[:6]}.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 GOOD = """
@@ -92,7 +87,9 @@ async def test_a_file_with_one_bad_entry_applies_nothing_and_exits_2(
 ) -> None:
     expected, body = BAD_ENTRIES[case]
     good, bad = f"ok-{uuid.uuid4().hex[:8]}", f"bad-{uuid.uuid4().hex[:8]}"
-    path = write(tmp_path, "schedules:" + GOOD.format(good=good) + f"  - id: {bad}\n" + body)
+    path = write_schedules_file(
+        tmp_path, "schedules:" + GOOD.format(good=good) + f"  - id: {bad}\n" + body
+    )
     result = await cli(cli_env, "schedules", "apply", str(path))
     assert result.code == 2, result
     assert f"schedule '{bad}'" in result.stderr
@@ -107,7 +104,9 @@ async def test_duplicate_ids_are_refused(
     tmp_path: Path, cli_env: dict[str, str], client: Client
 ) -> None:
     sid = f"dup-{uuid.uuid4().hex[:8]}"
-    path = write(tmp_path, "schedules:" + GOOD.format(good=sid) + GOOD.format(good=sid))
+    path = write_schedules_file(
+        tmp_path, "schedules:" + GOOD.format(good=sid) + GOOD.format(good=sid)
+    )
     result = await cli(cli_env, "schedules", "apply", str(path))
     assert result.code == 2
     assert sid in result.stderr and "entries 1 and 2" in result.stderr
@@ -119,7 +118,7 @@ async def test_apply_creates_then_changes_nothing_then_updates_only_what_changed
 ) -> None:
     sid = f"apply-{uuid.uuid4().hex[:8]}"
     body = f"schedules:\n  - id: {sid}\n    job: probe\n    cron: '0 3 * * *'\n    timeout: 5m\n"
-    path = write(tmp_path, body)
+    path = write_schedules_file(tmp_path, body)
     handle = client.get_schedule_handle(sid)
     try:
         dry = await cli(cli_env, "schedules", "apply", "--dry-run", str(path))
@@ -158,7 +157,7 @@ async def test_a_dry_run_shows_temporals_next_three_fires_of_each_new_or_changed
         f"schedules:\n  - id: {sid}\n    job: probe\n    cron: ['0 9 * * *', '0 0 0 1 1 * *']\n"
         "    start_at: 2030-01-01T00:00:00Z\n    exclude: ['2030-01-02']\n"
     )
-    path = write(tmp_path, body)
+    path = write_schedules_file(tmp_path, body)
     handle = client.get_schedule_handle(sid)
     try:
         dry = await cli(cli_env, "schedules", "apply", "--dry-run", str(path))
@@ -209,7 +208,7 @@ async def test_apply_leaves_a_schedule_it_did_not_create_alone(
         ),
     )
     try:
-        path = write(tmp_path, "schedules:" + GOOD.format(good=sid))
+        path = write_schedules_file(tmp_path, "schedules:" + GOOD.format(good=sid))
         result = await cli(cli_env, "schedules", "apply", str(path))
         assert result.code == 1
         assert "not created by cronwarden" in result.stderr
@@ -223,7 +222,7 @@ async def test_apply_leaves_a_schedule_it_did_not_create_alone(
 async def test_unreachable_temporal_is_one_sentence_naming_the_address(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    path = write(tmp_path, "schedules:" + GOOD.format(good="x-1"))
+    path = write_schedules_file(tmp_path, "schedules:" + GOOD.format(good="x-1"))
     env = {**cli_env, "CRONWARDEN_TEMPORAL_ADDRESS": "127.0.0.1:1"}
     result = await cli(env, "schedules", "apply", str(path))
     assert result.code == 1
@@ -254,7 +253,7 @@ async def test_usage_errors_exit_2(cli_env: dict[str, str], tmp_path: Path) -> N
 async def test_a_request_temporal_refuses_is_one_sentence_not_a_traceback(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    path = write(tmp_path, "schedules:" + GOOD.format(good="x-2"))
+    path = write_schedules_file(tmp_path, "schedules:" + GOOD.format(good="x-2"))
     env = {**cli_env, "CRONWARDEN_NAMESPACE": "no-such-namespace"}
     result = await cli(env, "schedules", "apply", str(path))
     assert result.code == 1, result
@@ -266,11 +265,11 @@ async def test_a_request_temporal_refuses_is_one_sentence_not_a_traceback(
 async def test_a_job_module_that_fails_to_import_is_one_sentence_and_exit_2(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    path = write(tmp_path, "schedules:" + GOOD.format(good="x-3"))
-    env = {**cli_env, "CRONWARDEN_JOBS": "tests.broken_jobs"}
+    path = write_schedules_file(tmp_path, "schedules:" + GOOD.format(good="x-3"))
+    env = {**cli_env, "CRONWARDEN_JOBS": "tests.support.broken_jobs"}
     result = await cli(env, "schedules", "apply", str(path))
     assert result.code == 2, result
-    assert "cannot import job module 'tests.broken_jobs'" in result.stderr
+    assert "cannot import job module 'tests.support.broken_jobs'" in result.stderr
     assert "broken on purpose" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -281,7 +280,7 @@ async def test_apply_before_migrate_says_to_migrate(
     name = f"bare_{uuid.uuid4().hex[:10]}"
     postgres_server.create_database(name)
     sid = f"nomig-{uuid.uuid4().hex[:8]}"
-    path = write(tmp_path, "schedules:" + GOOD.format(good=sid))
+    path = write_schedules_file(tmp_path, "schedules:" + GOOD.format(good=sid))
     env = {**cli_env, "CRONWARDEN_DATABASE_URL": postgres_server.dsn(name)}
     result = await cli(env, "schedules", "apply", str(path))
     assert result.code == 1, result

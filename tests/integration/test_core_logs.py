@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cronwarden.embedded import EmbeddedTemporal
-from tests.integration.conftest import REPO_ROOT
+from tests.support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ async def test_retry_warnings_go_to_stderr_as_events_and_stdout_stays_one_json_d
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "tests.core_log_probe",
+        "tests.support.core_log_probe",
         temporal_server.address,
         cwd=REPO_ROOT,
         stdout=asyncio.subprocess.PIPE,

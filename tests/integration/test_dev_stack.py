@@ -19,7 +19,9 @@ import pytest
 
 from cronwarden.embedded import free_port
 from cronwarden.embedded.processes import cmdline
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, wait_for
+from tests.support.cli import cronwarden_argv
+from tests.support.paths import REPO_ROOT
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -4,11 +4,9 @@ bypassing the schedule, so each test controls exactly which executions of a key 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -21,7 +19,6 @@ from cronwarden.activities.contract import (
     ALREADY_DONE,
     OVERLAP_LOCKED,
     RAN,
-    RunOutcome,
     logical_key,
 )
 from cronwarden.activities.guard import GuardedRun
@@ -29,57 +26,12 @@ from cronwarden.activities.jobs import REGISTRY, JobRegistry
 from cronwarden.store import heartbeats, locks
 from cronwarden.store.runs import CommitRecord, commit_run
 from cronwarden.workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
-from tests.integration.conftest import fetch, in_process_worker, wait_for
+from tests.support.database import fetch
+from tests.support.runs import FIRE, args_digest, effects, lease_holder, start_run
+from tests.support.servers import in_process_worker
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-
-FIRE = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
-
-
-def digest(args: dict[str, Any]) -> str:
-    return hashlib.sha256(
-        json.dumps(args, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
-
-
-async def start_run(
-    client: Client,
-    task_queue: str,
-    schedule_id: str,
-    *,
-    args: dict[str, Any] | None = None,
-    fire: datetime = FIRE,
-    job: str = "probe",
-    lock_ttl: float = 10.0,
-    timeout: float = 30.0,
-    max_attempts: int = 3,
-    overlap: str = "skip",
-) -> WorkflowHandle[Any, RunOutcome]:
-    args = args or {}
-    inp = ScheduledRunInput(
-        schedule_id=schedule_id,
-        job=job,
-        args=args,
-        args_digest=digest(args),
-        overlap=overlap,
-        lock_name=f"schedule:{schedule_id}",
-        lock_ttl_seconds=lock_ttl,
-        timeout_seconds=timeout,
-        heartbeat_grace_seconds=60,
-        max_attempts=max_attempts,
-        fire_time=fire.isoformat(),
-    )
-    return await client.start_workflow(
-        ScheduledRunWorkflow.run,
-        inp,
-        id=f"{schedule_id}~replay-{fire:%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:6]}",
-        task_queue=task_queue,
-    )
-
-
-async def effects(pool: asyncpg.Pool, key: str) -> int:
-    rows = await fetch(pool, "SELECT count(*) AS n FROM test_effects WHERE logical_key = $1", key)
-    return int(rows[0]["n"])
 
 
 async def outbox_rows(pool: asyncpg.Pool, key: str) -> int:
@@ -87,20 +39,6 @@ async def outbox_rows(pool: asyncpg.Pool, key: str) -> int:
         pool, "SELECT count(*) AS n FROM cronwarden.outbox WHERE logical_key = $1", key
     )
     return int(rows[0]["n"])
-
-
-async def lease_holder(pool: asyncpg.Pool, lock: str, *, timeout: float = 30) -> asyncpg.Record:
-    """Wait until a run holds `lock`; its row (holder, token)."""
-
-    async def held() -> asyncpg.Record | None:
-        rows = await fetch(
-            pool,
-            "SELECT holder, token FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL",
-            lock,
-        )
-        return rows[0] if rows else None
-
-    return await wait_for(held, timeout=timeout, what=f"a run to hold {lock}")
 
 
 async def take_over(pool: asyncpg.Pool, lock: str) -> int:
@@ -161,17 +99,31 @@ async def test_a_key_done_with_other_args_is_reported_not_rerun(
 
 
 async def test_a_holder_whose_lease_was_taken_over_cannot_commit(
-    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+    tmp_path: Path,
 ) -> None:
-    # TTL 30 s: no renewal happens during the 3 s job, so it is the commit's fencing check
-    # (not the renewal) that must refuse the stale holder.
+    # The job waits at a gate until the lease has been taken: the takeover always lands while
+    # the holder runs. TTL 120 s: no renewal (every 40 s) happens before the gate opens, so it
+    # is the commit's fencing check (not the renewal) that must refuse the stale holder.
+    gate = tmp_path / "gate"
     handle = await start_run(
-        client, task_queue, schedule_id, args={"sleep": 3}, lock_ttl=30, max_attempts=1
+        client,
+        task_queue,
+        schedule_id,
+        job="gated",
+        args={"gate": str(gate)},
+        lock_ttl=120,
+        max_attempts=1,
     )
     lock = f"schedule:{schedule_id}"
     held = await lease_holder(pool, lock)
     intruder = await take_over(pool, lock)
     assert intruder > held["token"]
+    gate.touch()
 
     with pytest.raises(WorkflowFailureError) as failed:
         await handle.result()
@@ -185,19 +137,29 @@ async def test_a_holder_whose_lease_was_taken_over_cannot_commit(
 
 
 async def test_the_renewal_notices_a_lost_lease_and_stops_the_job(
-    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+    tmp_path: Path,
 ) -> None:
+    # The gate never opens: only the renewal (every 2 s) noticing the takeover ends the job.
+    # Were it blind, the job would give up waiting after 25 s and fail as JobFailed instead.
     handle = await start_run(
-        client, task_queue, schedule_id, args={"sleep": 20}, lock_ttl=6, max_attempts=1
+        client,
+        task_queue,
+        schedule_id,
+        job="gated",
+        args={"gate": str(tmp_path / "never-opened"), "wait_seconds": 25},
+        lock_ttl=6,
+        max_attempts=1,
     )
     lock = f"schedule:{schedule_id}"
     await lease_holder(pool, lock)
     await take_over(pool, lock)
-    started = asyncio.get_running_loop().time()
     with pytest.raises(WorkflowFailureError) as failed:
         await handle.result()
-    # Well before the 20 s job would have ended: the renewal (every 2 s) caught it.
-    assert asyncio.get_running_loop().time() - started < 15
     assert failure_type(failed.value) == "LeaseLost"
     assert await effects(pool, logical_key(schedule_id, FIRE)) == 0
 
@@ -460,7 +422,7 @@ async def test_a_release_after_its_own_commit_is_not_taken_for_a_lost_lease(
             result=None,
             attempt=1,
             worker="w",
-            args_digest=digest({}),
+            args_digest=args_digest({}),
             workflow_id=None,
             run_id=None,
             grace=timedelta(seconds=60),

@@ -1,6 +1,6 @@
 """How many Postgres round trips the guard makes, counted on the wire by a proxy in front of
-the server (bench/pgwire.py), how many DescribeSchedule calls (counted at the worker's client),
-and that skipping the pool's session reset never leaks a job's session state."""
+the server (tests/support/pgwire.py), how many DescribeSchedule calls (counted at the worker's
+client), and that skipping the pool's session reset never leaks a job's session state."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ import pytest_asyncio
 from temporalio.client import Client
 
 from bench.guard_overhead import DescribeCounter, is_prepare, label_statement
-from bench.pgwire import RoundTripProxy, target_of
 from cronwarden.activities.contract import RAN
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.store.pool import create_pool, own_statements
-from tests.integration.conftest import fetch, in_process_worker
-from tests.integration.test_guard import FIRE, start_run
+from tests.support.database import fetch
+from tests.support.pgwire import RoundTripProxy, target_of
+from tests.support.runs import FIRE, start_run
+from tests.support.servers import in_process_worker
 
 pytestmark = pytest.mark.integration
 

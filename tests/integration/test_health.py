@@ -18,11 +18,12 @@ from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedTemporal, free_port
 from cronwarden.errors import PortInUse
 from cronwarden.health import WorkerReadiness, serve_health
-from cronwarden.monitor.loop import run_monitor
+from cronwarden.monitor.process import run_monitor
 from cronwarden.store.pool import create_pool
 from cronwarden.worker_runtime import run_worker
-from tests.http_probe import Answer, http_get, http_get_text
-from tests.integration.conftest import embedded_postgres, wait_for, worker_settings
+from tests.support.http_probe import Answer, http_get, http_get_text
+from tests.support.servers import embedded_postgres, worker_settings
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

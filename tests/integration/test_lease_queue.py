@@ -14,7 +14,8 @@ from cronwarden.activities import lease
 from cronwarden.activities.lease import LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from cronwarden.store import locks
-from tests.integration.conftest import fetch, wait_for
+from tests.support.database import fetch
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,10 @@ from cronwarden.backfill.replay import FAILED, REPLAYED, replay_all
 from cronwarden.backfill.window import Window
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.store import locks
-from tests.integration.conftest import fetch, wait_for
 from tests.support.cli import cli, cli_json, iso
+from tests.support.database import fetch
 from tests.support.schedules import definition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,9 @@ from cronwarden.store.migrate import (
     migrate,
 )
 from cronwarden.store.pool import connect
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, wait_for
-from tests.support.cli import cli
+from tests.support.cli import cli, cronwarden_argv
+from tests.support.paths import REPO_ROOT
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

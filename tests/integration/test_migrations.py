@@ -15,7 +15,8 @@ from cronwarden.embedded.postgres import postgres_bin_dir
 from cronwarden.errors import CronwardenError
 from cronwarden.store.migrate import available_migrations, migrate
 from cronwarden.store.pool import connect
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv
+from tests.support.cli import cronwarden_argv
+from tests.support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -25,16 +25,16 @@ from temporalio.worker import Worker
 from cronwarden.config import Settings
 from cronwarden.embedded import free_port
 from cronwarden.monitor.db_alert import default_state_file
-from cronwarden.monitor.loop import run_monitor
 from cronwarden.monitor.messages import TRIGGER, incident_message
+from cronwarden.monitor.process import run_monitor
 from cronwarden.monitor.sinks.slack import SlackSink
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.store import incidents, locks, notifications, runs, watch
 from cronwarden.store.pool import connect
 from cronwarden.store.runs import CommitOutcome
-from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_guard import start_run
-from tests.monitor_support import (
+from tests.support.cli import cli
+from tests.support.database import fetch
+from tests.support.monitor import (
     RECOVERED,
     ROUTING_KEY,
     SECRET,
@@ -53,12 +53,11 @@ from tests.monitor_support import (
     start_monitor,
     waiting_on_locks,
 )
-from tests.monitor_support import (
-    receiver as receiver,
-)
-from tests.receiver import Receiver
-from tests.support.cli import cli
+from tests.support.monitor import receiver as receiver
+from tests.support.receiver import Receiver
+from tests.support.runs import start_run
 from tests.support.schedules import definition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

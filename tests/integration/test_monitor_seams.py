@@ -29,17 +29,18 @@ from temporalio.worker import Worker
 
 from cronwarden.embedded import EmbeddedPostgres, free_port
 from cronwarden.monitor.db_alert import default_state_file
-from cronwarden.monitor.loop import Monitor
 from cronwarden.monitor.messages import DB_UNREACHABLE, TRIGGER, incident_message
 from cronwarden.monitor.notify import DeliveryPolicy, deliver_due
+from cronwarden.monitor.passes import Monitor
 from cronwarden.monitor.pauses import PauseCheck, PauseCheckPolicy
 from cronwarden.monitor.sinks.webhook import DELIVERY_HEADER
 from cronwarden.schedules import operations
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.store import heartbeats, incidents, notifications
 from cronwarden.store.pool import create_pool
-from tests.integration.conftest import fetch, wait_for
-from tests.monitor_support import (
+from tests.support.cli import cli
+from tests.support.database import fetch
+from tests.support.monitor import (
     SLACK_PATH,
     env_for,
     events,
@@ -52,11 +53,11 @@ from tests.monitor_support import (
     stage,
     waiting_on_locks,
 )
-from tests.monitor_support import receiver as receiver
-from tests.receiver import Receiver
-from tests.support.cli import cli
+from tests.support.monitor import receiver as receiver
+from tests.support.receiver import Receiver
 from tests.support.schedules import definition
-from tests.switch_proxy import SwitchProxy
+from tests.support.switch_proxy import SwitchProxy
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -16,15 +16,15 @@ from cronwarden import temporal
 from cronwarden.activities.contract import RAN, logical_key
 from cronwarden.embedded import EmbeddedTemporal
 from cronwarden.worker_runtime import run_worker
-from tests.codecs import ENCODING
-from tests.integration.conftest import worker_settings
-from tests.integration.test_cli import write
-from tests.integration.test_guard import FIRE, effects, start_run
 from tests.support.cli import cli
+from tests.support.codecs import ENCODING
+from tests.support.runs import FIRE, effects, start_run
+from tests.support.schedules import write_schedules_file
+from tests.support.servers import worker_settings
 
 pytestmark = pytest.mark.integration
 
-CODEC = "tests.codecs:CompressingCodec"
+CODEC = "tests.support.codecs:CompressingCodec"
 
 
 async def test_a_run_round_trips_through_the_codec_and_is_stored_encoded(
@@ -62,7 +62,9 @@ async def test_apply_with_a_codec_reads_its_own_schedules_back(
 ) -> None:
     env = {**cli_env, "CRONWARDEN_PAYLOAD_CODEC": CODEC}
     sid = f"codec-{uuid.uuid4().hex[:8]}"
-    path = write(tmp_path, f"schedules:\n  - id: {sid}\n    job: probe\n    every: 1h\n")
+    path = write_schedules_file(
+        tmp_path, f"schedules:\n  - id: {sid}\n    job: probe\n    every: 1h\n"
+    )
     handle = client.get_schedule_handle(sid)
     try:
         first = await cli(env, "schedules", "apply", str(path))
@@ -81,11 +83,11 @@ async def test_a_codec_that_cannot_be_loaded_is_refused_with_one_sentence(
 ) -> None:
     for spec, expected in [
         ("tests.nowhere:Codec", "cannot import tests.nowhere"),
-        ("tests.codecs:Missing", "tests.codecs has no attribute Missing"),
-        ("tests.codecs:NOT_A_CODEC", "neither a temporalio PayloadCodec"),
+        ("tests.support.codecs:Missing", "tests.support.codecs has no attribute Missing"),
+        ("tests.support.codecs:NOT_A_CODEC", "neither a temporalio PayloadCodec"),
         (
-            "tests.codecs:codec_without_its_key",
-            "tests.codecs:codec_without_its_key failed to make a codec: "
+            "tests.support.codecs:codec_without_its_key",
+            "tests.support.codecs:codec_without_its_key failed to make a codec: "
             "LookupError: CODEC_KEY is not set",
         ),
         ("no-colon", "must be module:attribute"),

@@ -14,14 +14,15 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
-import tests.jobs
+import tests.support.jobs
 from cronwarden.activities.contract import RAN, logical_key
 from cronwarden.embedded import EmbeddedPostgres
 from cronwarden.store.migrate import available_migrations, migrate
 from cronwarden.store.pool import connect, create_pool
-from tests.integration.conftest import REPO_ROOT, embedded_postgres, in_process_worker
-from tests.integration.test_guard import FIRE, effects, start_run
 from tests.support.cli import cli
+from tests.support.paths import REPO_ROOT
+from tests.support.runs import FIRE, effects, start_run
+from tests.support.servers import embedded_postgres, in_process_worker
 
 pytestmark = pytest.mark.integration
 
@@ -283,7 +284,7 @@ async def test_a_createrole_admin_that_is_no_superuser_sets_up_the_roles(
             assert not await admin.fetchval(
                 "SELECT rolsuper FROM pg_roles WHERE rolname = $1", ADMIN
             )
-            await admin.execute(tests.jobs.EFFECTS_DDL)
+            await admin.execute(tests.support.jobs.EFFECTS_DDL)
             if migrated_before:  # the schema, its tables and its function owned by the admin
                 await migrate(admin)
             await admin.execute(ROLES_SQL.read_text())

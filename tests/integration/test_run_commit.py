@@ -21,14 +21,14 @@ from cronwarden.activities.contract import (
     RunOutcome,
     logical_key,
 )
-from cronwarden.cli.schedules import _describe_json
 from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.describe import describe_json
 from cronwarden.schedules.inventory import get_view
 from cronwarden.schedules.mapping import definition_digest
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.status import build_rows
-from tests.integration.conftest import fetch, in_process_worker, wait_for
-from tests.runs import (
+from tests.support.database import fetch
+from tests.support.runs import (
     WatchedDescribes,
     args_digest,
     count,
@@ -36,6 +36,8 @@ from tests.runs import (
     lock_holder,
     start_guarded,
 )
+from tests.support.servers import in_process_worker
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -319,7 +321,7 @@ async def test_a_replays_commit_records_the_replay_and_leaves_the_live_heartbeat
             replay = await start_guarded(client, task_queue, schedule_id, PAST_FIRE, replay=True)
             assert (await replay.result()).outcome == RAN
         view = await get_view(client, schedule_id)
-        described = await _describe_json(client, pool, view)
+        described = await describe_json(client, pool, view)
     finally:
         await client.get_schedule_handle(schedule_id).delete()
     after = await heartbeat(pool, schedule_id)

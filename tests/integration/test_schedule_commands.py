@@ -9,7 +9,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +20,16 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     Client,
-    Schedule,
     ScheduleActionExecutionStartWorkflow,
-    ScheduleActionStartWorkflow,
     ScheduleHandle,
-    ScheduleIntervalSpec,
-    ScheduleSpec,
 )
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from cronwarden.activities.jobs import REGISTRY, JobRegistry
-from cronwarden.cli.schedules import _run_outcome
 from cronwarden.schedules import operations
 from cronwarden.schedules.apply import apply_definitions, describe_or_none, send_update
+from cronwarden.schedules.describe import run_outcome
 from cronwarden.schedules.inventory import action_memo, schedule_ids
 from cronwarden.schedules.mapping import (
     DEFINITION_MEMO,
@@ -44,27 +40,23 @@ from cronwarden.schedules.mapping import (
 )
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.store import heartbeats
-from tests.integration.conftest import fetch, in_process_worker, wait_for
-from tests.integration.test_cli import write
 from tests.support.cli import cli
+from tests.support.database import fetch
+from tests.support.schedules import (
+    FAR_CRON,
+    foreign_schedule,
+    new_id,
+    write_schedules_file,
+    yearly_definition,
+)
+from tests.support.servers import in_process_worker
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
-
-FAR_CRON = "0 3 1 1 *"  # once a year: the schedule never fires on its own during a test
 
 
 def entry(schedule_id: str, *, job: str = "probe", trigger: str = f"cron: '{FAR_CRON}'") -> str:
     return f"  - id: {schedule_id}\n    job: {job}\n    {trigger}\n    args: {{sleep: 0}}\n"
-
-
-def definition(schedule_id: str, **fields: Any) -> ScheduleDefinition:
-    base: dict[str, Any] = {"id": schedule_id, "job": "probe", "cron": FAR_CRON}
-    base.update(fields)
-    return ScheduleDefinition.model_validate(base)
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -99,25 +91,12 @@ async def apply_one(client: Client, pool: asyncpg.Pool, task_queue: str) -> Asyn
 @pytest_asyncio.fixture(loop_scope="session")
 async def managed(apply_one: ApplyOne, schedule_id: str) -> str:
     """A schedule applied by cronwarden that never fires on its own."""
-    await apply_one(definition(schedule_id))
+    await apply_one(yearly_definition(schedule_id))
     return schedule_id
 
 
 async def committed(pool: asyncpg.Pool, logical_key: str) -> list[asyncpg.Record]:
     return await fetch(pool, "SELECT * FROM cronwarden.outbox WHERE logical_key = $1", logical_key)
-
-
-async def foreign_schedule(
-    client: Client, sid: str, task_queue: str, *, memo: dict[str, Any] | None = None
-) -> ScheduleHandle:
-    return await client.create_schedule(
-        sid,
-        Schedule(
-            action=ScheduleActionStartWorkflow("SomeoneElses", id="x", task_queue=task_queue),
-            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=300))]),
-        ),
-        memo=memo,
-    )
 
 
 async def listed(client: Client, *ids: str) -> bool:
@@ -130,7 +109,7 @@ async def test_apply_twice_is_a_noop_with_an_unchanged_diff(
 ) -> None:
     sid = new_id("twice")
     cleanup.append(sid)
-    path = write(tmp_path, "schedules:\n" + entry(sid))
+    path = write_schedules_file(tmp_path, "schedules:\n" + entry(sid))
     first = await cli(cli_env, "schedules", "apply", "--json", str(path))
     assert first.code == 0, first
     (created,) = json.loads(first.stdout)["changes"]
@@ -159,11 +138,13 @@ async def test_prune_removes_only_managed_schedules(
     keep, drop, foreign = new_id("keep"), new_id("drop"), new_id("foreign")
     cleanup.extend([keep, drop, foreign])
     await foreign_schedule(client, foreign, task_queue)
-    both = write(tmp_path, "schedules:\n" + entry(keep) + entry(drop, trigger="every: 300d"))
+    both = write_schedules_file(
+        tmp_path, "schedules:\n" + entry(keep) + entry(drop, trigger="every: 300d")
+    )
     assert (await cli(cli_env, "schedules", "apply", str(both))).code == 0
     await wait_for(lambda: listed(client, keep, drop, foreign), timeout=20, what="listed")
 
-    only_keep = write(tmp_path, "schedules:\n" + entry(keep))
+    only_keep = write_schedules_file(tmp_path, "schedules:\n" + entry(keep))
     dry = await cli(cli_env, "schedules", "apply", "--prune", "--dry-run", str(only_keep))
     assert dry.code == 0, dry
     assert f"{drop}: would be deleted" in dry.stdout
@@ -186,7 +167,7 @@ async def test_duplicate_schedules_in_one_file_are_refused_with_both_ids(
     tmp_path: Path, cli_env: dict[str, str], client: Client
 ) -> None:
     a, b = new_id("dup-a"), new_id("dup-b")
-    path = write(tmp_path, "schedules:\n" + entry(a) + entry(b))
+    path = write_schedules_file(tmp_path, "schedules:\n" + entry(a) + entry(b))
     result = await cli(cli_env, "schedules", "apply", str(path))
     assert result.code == 2, result
     assert f"'{a}' and '{b}' duplicate each other" in result.stderr
@@ -207,18 +188,20 @@ async def test_a_new_schedule_duplicating_an_existing_one_is_refused_unless_allo
             cli_env,
             "schedules",
             "apply",
-            str(write(tmp_path, f"schedules:\n  - id: {old}\n" + body)),
+            str(write_schedules_file(tmp_path, f"schedules:\n  - id: {old}\n" + body)),
         )
     ).code == 0
     await wait_for(lambda: listed(client, old), timeout=20, what="listed")
 
-    both = write(tmp_path, f"schedules:\n  - id: {new}\n" + body)
+    both = write_schedules_file(tmp_path, f"schedules:\n  - id: {new}\n" + body)
     refused = await cli(cli_env, "schedules", "apply", str(both))
     assert refused.code == 2, refused
     assert f"'{new}' duplicates the existing schedule(s) '{old}'" in refused.stderr
     assert await describe_or_none(client, new) is None
 
-    allowed = write(tmp_path, f"schedules:\n  - id: {new}\n    allow_duplicate: true\n" + body)
+    allowed = write_schedules_file(
+        tmp_path, f"schedules:\n  - id: {new}\n    allow_duplicate: true\n" + body
+    )
     accepted = await cli(cli_env, "schedules", "apply", str(allowed))
     assert accepted.code == 0, accepted
     assert f"{new}: created" in accepted.stdout
@@ -232,7 +215,7 @@ async def test_an_update_that_makes_a_schedule_duplicate_an_existing_one_is_refu
     # Unique args: other tests' schedules on this server must not count as duplicates.
     mark = uuid.uuid4().int % 10**9
     body = "    job: probe\n    every: 300d\n    args: {{sleep: 0.000{tag}}}\n"
-    first = write(
+    first = write_schedules_file(
         tmp_path,
         f"schedules:\n  - id: {old}\n"
         + body.format(tag=f"{mark}1")
@@ -243,7 +226,9 @@ async def test_an_update_that_makes_a_schedule_duplicate_an_existing_one_is_refu
     await wait_for(lambda: listed(client, old, other), timeout=20, what="listed")
 
     # `other` changed to run exactly what `old` runs (the file no longer lists `old`).
-    same = write(tmp_path, f"schedules:\n  - id: {other}\n" + body.format(tag=f"{mark}1"))
+    same = write_schedules_file(
+        tmp_path, f"schedules:\n  - id: {other}\n" + body.format(tag=f"{mark}1")
+    )
     refused = await cli(cli_env, "schedules", "apply", str(same))
     assert refused.code == 2, refused
     assert f"'{other}' duplicates the existing schedule(s) '{old}'" in refused.stderr
@@ -256,7 +241,7 @@ async def test_list_marks_unmanaged_schedules_and_its_json_has_the_documented_ke
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str
 ) -> None:
     ours, foreign = new_id("ours"), new_id("theirs")
-    await apply_definitions(client, pool, [definition(ours)], task_queue=task_queue)
+    await apply_definitions(client, pool, [yearly_definition(ours)], task_queue=task_queue)
     await foreign_schedule(client, foreign, task_queue)
     try:
         await wait_for(lambda: listed(client, ours, foreign), timeout=20, what="listed")
@@ -302,13 +287,19 @@ async def test_a_memo_this_process_cannot_decode_is_unmanaged_and_never_a_traceb
     assert described.code == 0, described
 
     created = await cli(
-        cli_env, "schedules", "apply", str(write(tmp_path, "schedules:\n" + entry(ours)))
+        cli_env,
+        "schedules",
+        "apply",
+        str(write_schedules_file(tmp_path, "schedules:\n" + entry(ours))),
     )
     assert created.code == 0, created
     assert f"{ours}: created" in created.stdout
 
     refused = await cli(
-        cli_env, "schedules", "apply", str(write(tmp_path, "schedules:\n" + entry(named)))
+        cli_env,
+        "schedules",
+        "apply",
+        str(write_schedules_file(tmp_path, "schedules:\n" + entry(named))),
     )
     assert refused.code == 1, refused
     assert "CRONWARDEN_PAYLOAD_CODEC" in refused.stderr
@@ -363,7 +354,7 @@ async def test_describe_shows_spec_policies_next_fires_recent_runs_and_counters(
     apply_one: ApplyOne,
     schedule_id: str,
 ) -> None:
-    await apply_one(definition(schedule_id, cron=None, every="2s", catchup_window="1m"))
+    await apply_one(yearly_definition(schedule_id, cron=None, every="2s", catchup_window="1m"))
     await wait_for(
         lambda: fetch(pool, "SELECT 1 FROM cronwarden.outbox WHERE schedule_id = $1", schedule_id),
         timeout=30,
@@ -461,7 +452,7 @@ async def test_unpause_of_a_schedule_without_a_heartbeat_row_starts_tracking_it(
         await heartbeats.delete(conn, managed)
     beat = await unpaused_beat(client, pool, cli_env, managed)
     assert beat["paused"] is False
-    assert beat["grace"] == definition(managed).heartbeat_grace
+    assert beat["grace"] == yearly_definition(managed).heartbeat_grace
 
 
 async def test_trigger_produces_a_run_whose_outbox_row_exists(
@@ -495,7 +486,7 @@ async def test_a_run_temporal_no_longer_knows_is_described_as_expired(client: Cl
     # What the namespace's retention leaves behind: a schedule's recent action naming a run
     # that Temporal answers NOT_FOUND for. (The dev server keeps deleted runs for a while, so
     # the run is named, not deleted.)
-    status, outcome = await _run_outcome(client, new_id("gone"), str(uuid.uuid4()), managed=True)
+    status, outcome = await run_outcome(client, new_id("gone"), str(uuid.uuid4()), managed=True)
     assert (status, outcome) == ("expired", None)
 
 
@@ -509,7 +500,7 @@ async def test_a_trigger_behind_a_running_run_of_a_buffer_one_schedule_is_report
 ) -> None:
     gate = tmp_path / "gate"
     handle = await apply_one(
-        definition(schedule_id, job="gated", overlap="buffer_one", args={"gate": str(gate)})
+        yearly_definition(schedule_id, job="gated", overlap="buffer_one", args={"gate": str(gate)})
     )
     first = await operations.trigger(client, schedule_id)
     assert first.workflow_id is not None
@@ -537,7 +528,7 @@ async def test_two_triggers_in_one_second_start_two_runs(
 ) -> None:
     # allow_all (a read-only job): neither run waits for the other, so only the workflow id
     # could make Temporal drop the second start.
-    await apply_one(definition(schedule_id, job="noop-digest", overlap="allow_all", args={}))
+    await apply_one(yearly_definition(schedule_id, job="noop-digest", overlap="allow_all", args={}))
     # Start at the top of a second so that both triggers would fall inside it. The alignment
     # only makes the collision likely; the assertions hold wherever the triggers land.
     await asyncio.sleep(1.02 - datetime.now(UTC).microsecond / 1_000_000)
@@ -560,7 +551,7 @@ async def test_a_trigger_that_skip_overlap_drops_is_reported_and_exits_1(
 ) -> None:
     # The first run holds until the gate opens, after the second trigger has been judged.
     gate = tmp_path / "gate"
-    handle = await apply_one(definition(schedule_id, job="gated", args={"gate": str(gate)}))
+    handle = await apply_one(yearly_definition(schedule_id, job="gated", args={"gate": str(gate)}))
     first = await cli(cli_env, "schedules", "trigger", schedule_id, "--json")
     assert first.code == 0, first
     key = json.loads(first.stdout)["logical_key"]
@@ -713,7 +704,7 @@ async def test_a_retry_on_a_worker_that_has_the_job_commits_and_leaves_the_sched
 ) -> None:
     # A rolling deploy: the old worker (without the job) takes the first attempt; the retry
     # lands on the new worker.
-    handle = await apply_one(definition(schedule_id, max_attempts=10))
+    handle = await apply_one(yearly_definition(schedule_id, max_attempts=10))
     async with AsyncExitStack() as workers:
         old = await workers.enter_async_context(
             in_process_worker(client, pool, task_queue, without_probe())
@@ -754,7 +745,7 @@ async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_i
     handle = client.get_schedule_handle(managed)
     stale = await handle.describe()
     await handle.pause(note="operator: hold")
-    changed = definition(managed, timeout="7m")
+    changed = yearly_definition(managed, timeout="7m")
     # What a read-modify-write without a conflict token would send: the state read before the
     # pause. Temporal must drop it.
     replacement = to_temporal(changed, task_queue=task_queue)
@@ -774,7 +765,7 @@ async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_i
     after = await handle.describe()
     assert after.schedule.state.paused is True
     assert (await action_memo(client, after))[DIGEST_MEMO] == definition_digest(
-        definition(managed), task_queue=task_queue
+        yearly_definition(managed), task_queue=task_queue
     )
 
     (change,) = await apply_definitions(client, pool, [changed], task_queue=task_queue)

@@ -21,7 +21,8 @@ from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.mapping import definition_digest
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.workflows.scheduled_run import SCHEDULED_START_TIME
-from tests.integration.conftest import fetch, wait_for
+from tests.support.database import fetch
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -12,8 +13,9 @@ from temporalio.worker import Worker
 
 from cronwarden.activities.contract import format_fire_time, logical_key
 from cronwarden.schedules.apply import apply_definitions
-from tests.integration.conftest import fetch, wait_for
+from tests.support.database import fetch
 from tests.support.schedules import definition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -81,19 +83,29 @@ async def test_the_nominal_fire_time_is_the_one_temporal_scheduled(
 
 
 async def test_skip_overlap_never_runs_a_slow_schedule_twice_at_once(
-    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+    tmp_path: Path,
 ) -> None:
-    # Each run takes 5 s on a 2 s schedule: Temporal must skip fires, never overlap them.
-    defn = definition(schedule_id, overlap="skip", args={"sleep": 5})
+    # The first run waits at a gate on a 2 s schedule until Temporal has skipped a fire behind
+    # it: the overlap happens every time, however fast or slow the machine is.
+    gate = tmp_path / "gate"
+    defn = definition(schedule_id, overlap="skip", job="gated", args={"gate": str(gate)})
     await apply_definitions(client, pool, [defn], task_queue=task_queue)
     handle = client.get_schedule_handle(schedule_id)
     try:
-        await wait_for(lambda: _outbox(pool, schedule_id, at_least=2), timeout=40, what="2 runs")
 
         async def skipped() -> int:
             return (await handle.describe()).info.num_actions_skipped_overlap
 
-        assert await wait_for(skipped, timeout=20, what="skipped-overlap count") >= 1
+        try:
+            assert await wait_for(skipped, timeout=30, what="skipped-overlap count") >= 1
+        finally:
+            gate.touch()
+        await wait_for(lambda: _outbox(pool, schedule_id, at_least=2), timeout=30, what="2 runs")
     finally:
         await handle.delete()
     effects = await fetch(

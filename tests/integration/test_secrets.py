@@ -13,8 +13,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from cronwarden.embedded import EmbeddedTemporal, free_port
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv
-from tests.receiver import Receiver
+from tests.support.cli import cronwarden_argv
+from tests.support.paths import REPO_ROOT
+from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +60,7 @@ def secret_env(secrets: Secrets, receiver: Receiver, **values: str) -> dict[str,
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRONWARDEN_")}
     env.update(
         PYTHONPATH=str(REPO_ROOT),
-        CRONWARDEN_JOBS="tests.jobs",
+        CRONWARDEN_JOBS="tests.support.jobs",
         CRONWARDEN_ALERT_WEBHOOK_URL=receiver.url(f"/hook/{secrets.webhook_token}"),
         CRONWARDEN_ALERT_WEBHOOK_SECRET=secrets.signing_secret,
         CRONWARDEN_SLACK_WEBHOOK_URL=receiver.url(f"/services/{secrets.slack_token}"),

@@ -25,9 +25,10 @@ from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.inventory import ListedView, listed_views, schedule_ids
 from cronwarden.schedules.status import build_rows, read_views
 from cronwarden.store import definitions, heartbeats
-from tests.integration.conftest import fetch, wait_for
-from tests.integration.test_schedule_commands import definition, foreign_schedule, new_id
 from tests.support.cli import cli
+from tests.support.database import fetch
+from tests.support.schedules import foreign_schedule, new_id, yearly_definition
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +63,7 @@ async def two(client: Client, pool: asyncpg.Pool, task_queue: str) -> AsyncItera
     await apply_definitions(
         client,
         pool,
-        [definition(ids[0]), definition(ids[1], args={"sleep": 0.5})],
+        [yearly_definition(ids[0]), yearly_definition(ids[1], args={"sleep": 0.5})],
         task_queue=task_queue,
     )
     try:

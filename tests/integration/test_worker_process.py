@@ -17,14 +17,12 @@ from temporalio.client import Client, WorkflowHandle
 
 from cronwarden.activities.contract import RAN, RunOutcome, logical_key
 from cronwarden.embedded import free_port
-from tests.http_probe import Answer, http_get
-from tests.integration.conftest import (
-    REPO_ROOT,
-    fetch,
-    in_process_worker,
-    wait_for,
-)
-from tests.integration.test_guard import FIRE, effects, lease_holder, start_run
+from tests.support.database import fetch
+from tests.support.http_probe import Answer, http_get
+from tests.support.paths import REPO_ROOT
+from tests.support.runs import FIRE, committed_attempts, effects, lease_holder, start_run
+from tests.support.servers import in_process_worker
+from tests.support.waiting import wait_for
 from tests.support.workers import start_worker_process
 
 pytestmark = pytest.mark.integration
@@ -62,11 +60,6 @@ async def output_until(proc: subprocess.Popen[bytes], event: str, *, timeout: fl
         raise AssertionError(f"the worker exited without logging {event}: {''.join(lines)}")
 
     return await asyncio.wait_for(asyncio.to_thread(read), timeout)
-
-
-async def committed_attempts(pool: asyncpg.Pool, key: str) -> list[int]:
-    rows = await fetch(pool, "SELECT attempt FROM cronwarden.outbox WHERE logical_key = $1", key)
-    return [r["attempt"] for r in rows]
 
 
 async def finish_elsewhere(

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from tests.faults.worker_process import WorkerProcess
 from tests.soak.plan import BACKFILL_LAG, Fault, Kind
 from tests.soak.stack import Servers, Workers
 from tests.support.cli import Result, cli, iso
+from tests.support.faults.worker_process import WorkerProcess
 
 # An operator retries a pause or an unpause that failed because a server was down; so do we,
 # until this long has passed.

@@ -29,17 +29,17 @@ from cronwarden.backfill.plan import matching_times
 from cronwarden.backfill.window import Window
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.store.pool import create_pool
-from tests.faults.counts import unrecorded_effects
-from tests.faults.fires import listed_by_plan
-from tests.faults.tally import effects_of, outbox_keys
-from tests.integration.conftest import wait_for
 from tests.soak.faults import BACKFILL_TIMEOUT, FaultLog, FaultRunner, backfill_summary
 from tests.soak.ledger import ScheduleLedger, not_paused, render
 from tests.soak.plan import Fault, make_plan
 from tests.soak.runs import Run, collect_runs, lost_to_replays
 from tests.soak.stack import Servers, Workers, cronwarden_env
 from tests.support.cli import cli, iso
+from tests.support.faults.counts import unrecorded_effects
+from tests.support.faults.fires import listed_by_plan
+from tests.support.faults.tally import effects_of, outbox_keys
 from tests.support.schedules import definition
+from tests.support.waiting import wait_for
 
 WORKERS = ["w1", "w2", "w3"]
 LOCK_TTL = 5.0

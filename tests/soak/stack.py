@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
-from tests.faults.worker_process import WorkerProcess
-from tests.integration.conftest import REPO_ROOT, embedded_postgres, embedded_temporal
+from tests.support.faults.worker_process import WorkerProcess
+from tests.support.paths import REPO_ROOT
+from tests.support.servers import embedded_postgres, embedded_temporal
 
 GRACEFUL_SHUTDOWN = 5.0
 
@@ -43,7 +44,7 @@ def cronwarden_env(servers: Servers, database: str, task_queue: str) -> dict[str
     env.update(
         CRONWARDEN_TEMPORAL_ADDRESS=servers.temporal.address,
         CRONWARDEN_DATABASE_URL=database,
-        CRONWARDEN_JOBS="tests.jobs",
+        CRONWARDEN_JOBS="tests.support.jobs",
         CRONWARDEN_TASK_QUEUE=task_queue,
         PYTHONPATH=str(REPO_ROOT),
     )

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv
+from tests.support.paths import REPO_ROOT
+
+
+def cronwarden_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cronwarden", *args]
 
 
 @dataclass

@@ -1,8 +1,12 @@
-"""A test database: cronwarden's schema, plus the probe jobs' effects table."""
+"""A test database (cronwarden's schema, plus the probe jobs' effects table), and reading it."""
 
 from __future__ import annotations
 
-import tests.jobs
+from typing import Any
+
+import asyncpg
+
+import tests.support.jobs
 from cronwarden.embedded import EmbeddedPostgres
 from cronwarden.store.migrate import migrate
 from cronwarden.store.pool import connect
@@ -15,7 +19,13 @@ async def create_test_database(server: EmbeddedPostgres, name: str) -> str:
     conn = await connect(dsn)
     try:
         await migrate(conn)
-        await conn.execute(tests.jobs.EFFECTS_DDL)
+        await conn.execute(tests.support.jobs.EFFECTS_DDL)
     finally:
         await conn.close()
     return dsn
+
+
+async def fetch(dsn_or_pool: Any, query: str, *args: Any) -> list[asyncpg.Record]:
+    async with dsn_or_pool.acquire() as conn:
+        rows: list[asyncpg.Record] = await conn.fetch(query, *args)
+        return rows

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv
+from tests.support.cli import cronwarden_argv
+from tests.support.paths import REPO_ROOT
 
 
 def start_worker_process(

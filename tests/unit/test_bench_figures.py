@@ -13,9 +13,9 @@ import pytest
 from bench.cpu import own_cpu, own_peak_rss_mib, pid_cpu
 from bench.fire_lag import Lags, cpu_rows, rows
 from bench.guard_overhead import is_prepare, label_statement
-from bench.pgwire import WireReader, target_of, via_proxy
 from bench.stack import REPO_ROOT
 from bench.stats import median, percentile, ratio
+from tests.support.pgwire import WireReader, target_of, via_proxy
 
 
 def test_percentile_is_nearest_rank_never_interpolated() -> None:

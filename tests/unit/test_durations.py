@@ -4,7 +4,8 @@ from datetime import timedelta
 
 import pytest
 
-from cronwarden.schedules.durations import format_duration, parse_duration
+from cronwarden.schedules.durations import parse_duration
+from cronwarden.times import format_duration
 
 
 @pytest.mark.parametrize(

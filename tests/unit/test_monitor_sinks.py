@@ -65,7 +65,7 @@ def test_a_pagerduty_trigger_has_the_events_v2_shape() -> None:
     payload = event["payload"]
     assert {"summary", "source", "severity"} <= set(payload) <= PD_PAYLOAD_FIELDS
     assert payload["severity"] in PD_SEVERITIES
-    assert payload["timestamp"] == OPENED.isoformat()
+    assert payload["timestamp"] == "2026-03-01T12:00:00Z"
     assert payload["component"] == "nightly"
 
 

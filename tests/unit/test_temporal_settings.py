@@ -111,7 +111,7 @@ def test_bad_health_port_and_codec_values_are_refused() -> None:
 
 def test_the_codec_is_off_unless_named() -> None:
     assert data_converter(settings()).payload_codec is None
-    coded = data_converter(settings(payload_codec="tests.codecs:CompressingCodec"))
+    coded = data_converter(settings(payload_codec="tests.support.codecs:CompressingCodec"))
     assert type(coded.payload_codec).__name__ == "CompressingCodec"
 
 

@@ -16,13 +16,13 @@ import pytest_asyncio
 from temporalio.client import ScheduleDescription, ScheduleHandle
 
 from cronwarden.activities.contract import logical_key
-from tests.faults.counts import count_row
-from tests.faults.tally import FaultRow, outbox_keys
-from tests.integration.conftest import wait_for
-from tests.monitor_support import env_for, settings_for, start_monitor
-from tests.receiver import Receiver
 from tests.support.cli import cli_json, iso
+from tests.support.faults.counts import count_row
+from tests.support.faults.tally import FaultRow, outbox_keys
+from tests.support.monitor import env_for, settings_for, start_monitor
+from tests.support.receiver import Receiver
 from tests.support.schedules import every_two_seconds
+from tests.support.waiting import wait_for
 
 
 async def committed_fires(pool: asyncpg.Pool, schedule_id: str) -> list[asyncpg.Record]:

@@ -1,4 +1,4 @@
-"""The monitor's pass and the loop around it.
+"""The monitor's pass: one look at the heartbeats, its incident writes and its sends.
 
 One pass: lift the recorded pauses Temporal no longer holds (`monitor.pauses`; skipped when
 Temporal does not answer), read a snapshot (database time), decide (pure, `monitor.scan`), write
@@ -9,15 +9,15 @@ Postgres only: the monitor keeps paging while Temporal and every worker are down
 
 Only database work counts as "cannot reach the database": each database step has its own bound,
 and a send never raises (a slow or failing sink fails its own notification, nothing more).
+
+The process around the passes (signals, the metrics server, the sinks configured, the loop that
+survives a failed pass) is `monitor.process`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import os
-import signal
 import socket
 import time
 import uuid
@@ -30,7 +30,7 @@ from typing import Any
 import asyncpg
 
 from cronwarden.config import Settings
-from cronwarden.errors import CronwardenError, PortInUse, Unreachable
+from cronwarden.errors import Unreachable
 from cronwarden.logs import get_logger
 from cronwarden.monitor import db_alert, scan
 from cronwarden.monitor.messages import (
@@ -39,16 +39,13 @@ from cronwarden.monitor.messages import (
     database_unreachable_message,
     incident_message,
 )
-from cronwarden.monitor.metrics import Metrics, serve
+from cronwarden.monitor.metrics import Metrics
 from cronwarden.monitor.notify import DeliveryPolicy, deliver_due
 from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.monitor.sinks import Http, Sink, failure, ping, send
-from cronwarden.monitor.sinks.pagerduty import PagerDutySink
-from cronwarden.monitor.sinks.slack import SlackSink
-from cronwarden.monitor.sinks.webhook import WebhookSink
 from cronwarden.store import heartbeats, incidents, monitor_state, notifications, watch
 from cronwarden.store.pool import create_pool
-from cronwarden.temporal import connect as connect_temporal
+from cronwarden.times import utc_text_or_none
 
 log = get_logger("cronwarden.monitor")
 
@@ -111,17 +108,6 @@ def options_from_settings(settings: Settings, *, interval: float) -> MonitorOpti
         database_timeout=settings.monitor_database_timeout_seconds,
         state_file=db_alert.default_state_file(settings.dsn),
     )
-
-
-def sinks_from_settings(settings: Settings) -> dict[str, Sink]:
-    sinks: list[Sink] = []
-    if settings.alert_webhook_url is not None:
-        sinks.append(WebhookSink(settings.alert_webhook_url, settings.alert_webhook_secret))
-    if settings.slack_webhook_url is not None:
-        sinks.append(SlackSink(settings.slack_webhook_url))
-    if settings.pagerduty_routing_key is not None:
-        sinks.append(PagerDutySink(settings.pagerduty_routing_key, settings.pagerduty_url))
-    return {s.name: s for s in sinks}
 
 
 def monitor_identity() -> str:
@@ -282,9 +268,7 @@ class Monitor:
                 log.warning(
                     "monitor.pause-lifted-outside",
                     schedule_id=lift.schedule_id,
-                    next_expected_at=(
-                        lift.next_expected_at.isoformat() if lift.next_expected_at else None
-                    ),
+                    next_expected_at=utc_text_or_none(lift.next_expected_at),
                     note="recorded as paused, but Temporal runs it: watched again",
                 )
 
@@ -558,82 +542,3 @@ class Monitor:
             self.metrics.notification_sent(sink.name)
             log.info("notification.direct-delivered", sink=sink.name, kind=message["kind"])
         return took
-
-
-async def run_monitor(
-    settings: Settings,
-    *,
-    once: bool = False,
-    interval: float = DEFAULT_INTERVAL,
-    metrics_port: int | None = None,
-    metrics_host: str | None = None,
-    stop: asyncio.Event | None = None,
-    handle_signals: bool = True,
-) -> None:
-    """Pass every `interval` seconds until `stop` is set (or SIGINT/SIGTERM), or once."""
-    monitor = Monitor(
-        dsn=settings.dsn,
-        sinks=sinks_from_settings(settings),
-        options=options_from_settings(settings, interval=interval),
-        pauses=PauseCheck(lambda: connect_temporal(settings)),
-    )
-    stop = stop or asyncio.Event()
-    server = None
-    if metrics_port is not None:
-        try:
-            server = await serve(
-                monitor.metrics,
-                host=metrics_host,
-                port=metrics_port,
-                healthy=lambda: monitor.metrics.healthy(
-                    max_age=3 * interval + monitor.options.database_timeout
-                ),
-            )
-        except OSError as exc:
-            where = f"{metrics_host or 'every interface'} port {metrics_port}"
-            if exc.errno == errno.EADDRINUSE:
-                raise PortInUse(
-                    f"cannot serve metrics on {where}: another process uses that port "
-                    "(pick another with --metrics-port)"
-                ) from None
-            raise CronwardenError(
-                f"cannot serve metrics on {where}: {exc.strerror or type(exc).__name__}"
-            ) from None
-    loop = asyncio.get_running_loop()
-    installed: list[signal.Signals] = []
-    if handle_signals:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
-                installed.append(sig)
-    if not monitor.sinks:
-        log.warning("monitor.no-sinks", note="incidents are recorded but nobody is paged")
-    log.info(
-        "monitor.started",
-        monitor_id=monitor.identity,
-        interval=interval,
-        once=once,
-        sinks=monitor.sink_names,
-    )
-    try:
-        if once:
-            failed = await monitor.step()
-            if failed is not None:
-                raise Unreachable(f"the monitor pass could not use the database: {failed}")
-            return
-        while not stop.is_set():
-            try:
-                await monitor.step()
-            except Exception as exc:
-                # A bug in one pass must not end the watching: log it and try again next pass.
-                log.error("monitor.pass-failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=interval)
-    finally:
-        for sig in installed:
-            loop.remove_signal_handler(sig)
-        if server is not None:
-            server.close()
-            await server.wait_closed()
-        await monitor.close()
-        log.info("monitor.stopped", monitor_id=monitor.identity)

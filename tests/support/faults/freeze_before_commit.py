@@ -2,11 +2,11 @@
 commit statement.
 
 Loaded by a worker subprocess through
-`CRONWARDEN_JOBS=tests.jobs,tests.faults.freeze_before_commit`. It wraps the guard's commit
-step: on attempt 1 the process logs `test.freezing` and sends itself SIGSTOP, with the job's
-writes made and its transaction still open. Whoever sends SIGCONT decides what happened
-meanwhile; the thawed process logs `test.thawed` (how long it was frozen, measured by itself)
-and then runs the real commit statement, whose outcome it logs as `test.commit-returned`.
+`CRONWARDEN_JOBS=tests.support.jobs,tests.support.faults.freeze_before_commit`. It wraps the
+guard's commit step: on attempt 1 the process logs `test.freezing` and sends itself SIGSTOP,
+with the job's writes made and its transaction still open. Whoever sends SIGCONT decides what
+happened meanwhile; the thawed process logs `test.thawed` (how long it was frozen, measured by
+itself) and then runs the real commit statement, whose outcome it logs as `test.commit-returned`.
 
 Before freezing it stops the run's Temporal heartbeats. Thawed, a run whose attempt timed out
 would otherwise be cancelled by Temporal at its next heartbeat, racing the commit statement: the

@@ -15,10 +15,13 @@ import asyncpg
 import pytest
 
 from cronwarden.config import Settings
-from cronwarden.monitor.loop import Monitor, options_from_settings, sinks_from_settings
+from cronwarden.monitor.passes import Monitor, options_from_settings
 from cronwarden.monitor.pauses import PauseCheck
-from tests.integration.conftest import REPO_ROOT, cronwarden_argv, fetch
-from tests.receiver import Receiver
+from cronwarden.monitor.process import sinks_from_settings
+from tests.support.cli import cronwarden_argv
+from tests.support.database import fetch
+from tests.support.paths import REPO_ROOT
+from tests.support.receiver import Receiver
 
 SECRET = "whsec-test-7f3a"
 ROUTING_KEY = "pd-routing-key-91c2"

@@ -7,8 +7,8 @@ from typing import TypeVar
 
 import asyncpg
 
-from tests.faults.tally import FaultRow, effects_of, missing_and_unlisted, outbox_keys
-from tests.integration.conftest import wait_for
+from tests.support.faults.tally import FaultRow, effects_of, missing_and_unlisted, outbox_keys
+from tests.support.waiting import wait_for
 
 T = TypeVar("T")
 

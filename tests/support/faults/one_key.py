@@ -11,11 +11,10 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 
 from cronwarden.activities.contract import RunOutcome, logical_key
-from tests.faults.counts import tally
-from tests.faults.tally import FaultRow
-from tests.integration.conftest import fetch
-from tests.integration.test_guard import FIRE, start_run
-from tests.integration.test_worker_process import committed_attempts
+from tests.support.database import fetch
+from tests.support.faults.counts import tally
+from tests.support.faults.tally import FaultRow
+from tests.support.runs import FIRE, committed_attempts, start_run
 
 
 async def outbox_of(pool: asyncpg.Pool, key: str) -> list[tuple[int, int]]:
@@ -41,7 +40,7 @@ class OneKey:
         return logical_key(self.schedule_id, FIRE)
 
     async def start(self, **options: Any) -> WorkflowHandle[Any, RunOutcome]:
-        """One execution of the key (`tests.integration.test_guard.start_run` options)."""
+        """One execution of the key (`tests.support.runs.start_run` options)."""
         return await start_run(self.client, self.task_queue, self.schedule_id, **options)
 
     async def outbox(self) -> list[tuple[int, int]]:

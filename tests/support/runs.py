@@ -1,12 +1,12 @@
-"""Starting guarded runs directly (as `backfill run` does) and reading what they left, for the
-integration tests of the run's commit."""
+"""Starting guarded runs directly (as `backfill run` does, bypassing the schedule, so a test
+controls exactly which executions of a key exist) and reading what they left."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -22,13 +22,58 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cronwarden.activities.contract import RunOutcome
 from cronwarden.workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
-from tests.integration.conftest import fetch
+from tests.support.database import fetch
+from tests.support.waiting import wait_for
+
+FIRE = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
+"""The fire time of `start_run`'s runs unless told otherwise."""
 
 
 def args_digest(args: dict[str, Any]) -> str:
     return hashlib.sha256(
         json.dumps(args, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
+
+
+async def start_run(
+    client: Client,
+    task_queue: str,
+    schedule_id: str,
+    *,
+    args: dict[str, Any] | None = None,
+    fire: datetime = FIRE,
+    job: str = "probe",
+    lock_ttl: float = 10.0,
+    timeout: float = 30.0,
+    max_attempts: int = 3,
+    overlap: str = "skip",
+    replay: bool = False,
+    definition_digest: str = "",
+    workflow_id: str | None = None,
+) -> WorkflowHandle[Any, RunOutcome]:
+    """A run of `fire`, its workflow id a replay's (unique per call) unless `workflow_id`."""
+    args = args or {}
+    inp = ScheduledRunInput(
+        schedule_id=schedule_id,
+        job=job,
+        args=args,
+        args_digest=args_digest(args),
+        definition_digest=definition_digest,
+        overlap=overlap,
+        lock_name=f"schedule:{schedule_id}",
+        lock_ttl_seconds=lock_ttl,
+        timeout_seconds=timeout,
+        heartbeat_grace_seconds=60,
+        max_attempts=max_attempts,
+        fire_time=fire.isoformat(),
+        replay=replay,
+    )
+    return await client.start_workflow(
+        ScheduledRunWorkflow.run,
+        inp,
+        id=workflow_id or f"{schedule_id}~replay-{fire:%Y-%m-%dT%H:%M:%SZ}-{uuid.uuid4().hex[:6]}",
+        task_queue=task_queue,
+    )
 
 
 async def start_guarded(
@@ -44,26 +89,19 @@ async def start_guarded(
     max_attempts: int = 3,
     timeout_seconds: float = 30,
 ) -> WorkflowHandle[Any, RunOutcome]:
-    args = args or {}
-    inp = ScheduledRunInput(
-        schedule_id=schedule_id,
+    """`start_run` under a workflow id that is not a replay's, as the run-commit tests start."""
+    return await start_run(
+        client,
+        task_queue,
+        schedule_id,
+        fire=fire,
         job=job,
         args=args,
-        args_digest=args_digest(args),
-        lock_name=f"schedule:{schedule_id}",
-        lock_ttl_seconds=10,
-        timeout_seconds=timeout_seconds,
-        heartbeat_grace_seconds=60,
+        timeout=timeout_seconds,
         max_attempts=max_attempts,
-        fire_time=fire.isoformat(),
         replay=replay,
         definition_digest=definition_digest,
-    )
-    return await client.start_workflow(
-        ScheduledRunWorkflow.run,
-        inp,
-        id=f"test-run-{schedule_id}-{fire:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
-        task_queue=task_queue,
+        workflow_id=f"test-run-{schedule_id}-{fire:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}",
     )
 
 
@@ -79,6 +117,30 @@ async def count(pool: asyncpg.Pool, table: str, key: str) -> int:
     assert table in ("test_effects", "cronwarden.outbox")
     rows = await fetch(pool, f"SELECT count(*) AS n FROM {table} WHERE logical_key = $1", key)
     return int(rows[0]["n"])
+
+
+async def effects(pool: asyncpg.Pool, key: str) -> int:
+    """How many times the probe jobs applied `key` (test_effects has no unique constraint)."""
+    return await count(pool, "test_effects", key)
+
+
+async def committed_attempts(pool: asyncpg.Pool, key: str) -> list[int]:
+    rows = await fetch(pool, "SELECT attempt FROM cronwarden.outbox WHERE logical_key = $1", key)
+    return [r["attempt"] for r in rows]
+
+
+async def lease_holder(pool: asyncpg.Pool, lock: str, *, timeout: float = 30) -> asyncpg.Record:
+    """Wait until a run holds `lock`; its row (holder, token)."""
+
+    async def held() -> asyncpg.Record | None:
+        rows = await fetch(
+            pool,
+            "SELECT holder, token FROM cronwarden.locks WHERE name = $1 AND holder IS NOT NULL",
+            lock,
+        )
+        return rows[0] if rows else None
+
+    return await wait_for(held, timeout=timeout, what=f"a run to hold {lock}")
 
 
 async def lock_holder(pool: asyncpg.Pool, lock: str) -> str | None:

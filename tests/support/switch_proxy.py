@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.pgwire import RoundTripProxy
+from tests.support.pgwire import RoundTripProxy
 
 
 class SwitchProxy(RoundTripProxy):

@@ -1,5 +1,6 @@
 """A payload codec for the tests: compresses every payload and marks it with its own encoding,
-as an encrypting codec would. Named by CRONWARDEN_PAYLOAD_CODEC=tests.codecs:CompressingCodec."""
+as an encrypting codec would. Named by
+CRONWARDEN_PAYLOAD_CODEC=tests.support.codecs:CompressingCodec."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """A jobs module that makes its worker die right after a run's COMMIT.
 
-Loaded by a worker subprocess through `CRONWARDEN_JOBS=tests.jobs,tests.faults.exit_after_commit`.
-Loaded that way, it wraps the guard's commit step: once the commit transaction has landed (the
-outbox record and the job's writes are durable), the process exits at once, so the activity's result
-never reaches Temporal. That is the window between COMMIT and the activity completion, where a
-scheduler that trusts only its own bookkeeping would run the fire a second time. The wrap lives
-here, in test code: production has no hook for it.
+Loaded by a worker subprocess through
+`CRONWARDEN_JOBS=tests.support.jobs,tests.support.faults.exit_after_commit`. Loaded that way, it
+wraps the guard's commit step: once the commit transaction has landed (the outbox record and the
+job's writes are durable), the process exits at once, so the activity's result never reaches
+Temporal. That is the window between COMMIT and the activity completion, where a scheduler that
+trusts only its own bookkeeping would run the fire a second time. The wrap lives here, in test
+code: production has no hook for it.
 """
 
 from __future__ import annotations

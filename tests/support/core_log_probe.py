@@ -1,4 +1,4 @@
-"""`python -m tests.core_log_probe ADDRESS`: connect the way every cronwarden command does,
+"""`python -m tests.support.core_log_probe ADDRESS`: connect the way every cronwarden command does,
 through a TCP relay to ADDRESS, cut the relay, make one call the SDK retries, then print one
 JSON document on stdout, as a `--json` command would. The SDK core warns on every retry."""
 

@@ -12,12 +12,17 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.conftest import wait_for
+from tests.support.waiting import wait_for
 from tests.support.workers import start_worker_process
+
+SKEWED_CLOCK = Path(__file__).parent / "skewed_clock"
+"""Put first on a worker's PYTHONPATH, with CRONWARDEN_TEST_CLOCK_SKEW_SECONDS set: the worker's
+wall clock is off by that much (skewed_clock/sitecustomize.py)."""
 
 
 class WorkerProcess:

@@ -1,8 +1,8 @@
 """A TCP proxy in front of Postgres that breaks a connection exactly at its COMMIT.
 
 The worker under test connects through it. It is the benchmarks' round-trip proxy
-(`bench/pgwire.py`), which reads the frontend protocol message by message, with observers that
-recognise asyncpg's `COMMIT;` simple query. Once armed, for the next `cuts` of them it does one
+(`tests/support/pgwire.py`), which reads the frontend protocol message by message, with observers
+that recognise asyncpg's `COMMIT;` simple query. Once armed, for the next `cuts` of them it does one
 of two things:
 
 - `before`: drops the connection without forwarding COMMIT. The server rolls the transaction
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from bench.pgwire import RoundTripProxy, WireReader
+from tests.support.pgwire import RoundTripProxy, WireReader
 
 
 class _Cut(ConnectionError):

@@ -1,0 +1,122 @@
+"""The monitor's process: a pass of `monitor.passes` every `interval` seconds until told to
+stop, or one pass (`--once`).
+
+It wires the sinks the settings configure, serves /metrics, /healthz and /readyz (ready while a
+pass reached the database within three intervals plus the database timeout, so a monitor stuck
+on its database shows as not ready instead of looking fine), and stops on SIGINT/SIGTERM. A pass
+never raises an expected database failure (`Monitor.step` pages about it instead); a pass that
+fails on a bug is logged and the next one runs anyway, because one bad pass must not end the
+watching. Only `--once` fails when its pass could not use the database: its caller has no next
+pass to wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import signal
+
+from cronwarden.config import Settings
+from cronwarden.errors import CronwardenError, PortInUse, Unreachable
+from cronwarden.logs import get_logger
+from cronwarden.monitor.metrics import serve
+from cronwarden.monitor.passes import DEFAULT_INTERVAL, Monitor, options_from_settings
+from cronwarden.monitor.pauses import PauseCheck
+from cronwarden.monitor.sinks import Sink
+from cronwarden.monitor.sinks.pagerduty import PagerDutySink
+from cronwarden.monitor.sinks.slack import SlackSink
+from cronwarden.monitor.sinks.webhook import WebhookSink
+from cronwarden.temporal import connect as connect_temporal
+
+log = get_logger("cronwarden.monitor")
+
+
+def sinks_from_settings(settings: Settings) -> dict[str, Sink]:
+    sinks: list[Sink] = []
+    if settings.alert_webhook_url is not None:
+        sinks.append(WebhookSink(settings.alert_webhook_url, settings.alert_webhook_secret))
+    if settings.slack_webhook_url is not None:
+        sinks.append(SlackSink(settings.slack_webhook_url))
+    if settings.pagerduty_routing_key is not None:
+        sinks.append(PagerDutySink(settings.pagerduty_routing_key, settings.pagerduty_url))
+    return {s.name: s for s in sinks}
+
+
+async def run_monitor(
+    settings: Settings,
+    *,
+    once: bool = False,
+    interval: float = DEFAULT_INTERVAL,
+    metrics_port: int | None = None,
+    metrics_host: str | None = None,
+    stop: asyncio.Event | None = None,
+    handle_signals: bool = True,
+) -> None:
+    """Pass every `interval` seconds until `stop` is set (or SIGINT/SIGTERM), or once."""
+    monitor = Monitor(
+        dsn=settings.dsn,
+        sinks=sinks_from_settings(settings),
+        options=options_from_settings(settings, interval=interval),
+        pauses=PauseCheck(lambda: connect_temporal(settings)),
+    )
+    stop = stop or asyncio.Event()
+    server = None
+    if metrics_port is not None:
+        try:
+            server = await serve(
+                monitor.metrics,
+                host=metrics_host,
+                port=metrics_port,
+                healthy=lambda: monitor.metrics.healthy(
+                    max_age=3 * interval + monitor.options.database_timeout
+                ),
+            )
+        except OSError as exc:
+            where = f"{metrics_host or 'every interface'} port {metrics_port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(
+                    f"cannot serve metrics on {where}: another process uses that port "
+                    "(pick another with --metrics-port)"
+                ) from None
+            raise CronwardenError(
+                f"cannot serve metrics on {where}: {exc.strerror or type(exc).__name__}"
+            ) from None
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    if handle_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+    if not monitor.sinks:
+        log.warning("monitor.no-sinks", note="incidents are recorded but nobody is paged")
+    log.info(
+        "monitor.started",
+        monitor_id=monitor.identity,
+        interval=interval,
+        once=once,
+        sinks=monitor.sink_names,
+    )
+    try:
+        if once:
+            failed = await monitor.step()
+            if failed is not None:
+                raise Unreachable(f"the monitor pass could not use the database: {failed}")
+            return
+        while not stop.is_set():
+            try:
+                await monitor.step()
+            except Exception as exc:
+                # A bug in one pass must not end the watching: log it and try again next pass.
+                log.error("monitor.pass-failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        await monitor.close()
+        log.info("monitor.stopped", monitor_id=monitor.identity)
