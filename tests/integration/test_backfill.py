@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest_asyncio
 from temporalio.client import (
     Client,
     Schedule,
+    ScheduleActionExecutionStartWorkflow,
     ScheduleActionStartWorkflow,
     ScheduleHandle,
     ScheduleIntervalSpec,
@@ -41,11 +43,12 @@ from cronwarden.backfill.plan import ManagedSchedule, load_managed, plan
 from cronwarden.backfill.replay import REPLAYED, _start_or_attach, replay_all, replay_one
 from cronwarden.backfill.window import Window
 from cronwarden.cli.backfill import CONFIRM_ABOVE
-from cronwarden.embedded import EmbeddedTemporal, free_port
+from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, free_port
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.mapping import MANAGED_MEMO, to_temporal
 from cronwarden.schedules.run_ids import REPLAY_INFIX, replay_workflow_id
 from cronwarden.store import locks
+from cronwarden.store.pool import create_pool
 from tests.support.cli import cli, cli_json, cronwarden_argv, iso
 from tests.support.database import fetch
 from tests.support.paths import REPO_ROOT
@@ -217,32 +220,103 @@ async def _check_outage_is_replayed(
     assert replayed_ids == {replay_workflow_id(schedule_id, t) for t in missing}
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def missed(
+@dataclass(frozen=True)
+class Premade:
+    schedule_id: str
+    task_queue: str
+    database: str
+    window: Window
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session", autouse=True)
+async def premade(
     request: pytest.FixtureRequest,
     client: Client,
-    pool: asyncpg.Pool,
-    task_queue: str,
-    schedule_id: str,
-    worker: Worker,
-) -> AsyncIterator[Window]:
-    """A schedule paused at once, with a worker running: every fire time of the window this
-    yields (at least six) has no outbox record. Parametrize it (indirect) with more fields of
-    the schedule's definition, and `window_seconds` for a longer window than 7 s."""
-    fields: dict[str, Any] = dict(getattr(request, "param", {}))
-    seconds = fields.pop("window_seconds", 7)
-    await apply_definitions(
-        client, pool, [definition(schedule_id, every="1s", **fields)], task_queue=task_queue
-    )
-    handle = client.get_schedule_handle(schedule_id)
+    postgres_server: EmbeddedPostgres,
+    template_db: str,
+) -> AsyncIterator[dict[str, Premade]]:
+    """The schedule (and the private database) of every test of this module that asks for
+    `missed`, applied and paused when the module starts: by the time each test runs its window
+    has passed, so no test waits out its own seconds of missed fires. Keyed by node id."""
+    made: dict[str, Premade] = {}
     try:
-        await handle.pause(note="test")
-        created_at = (await handle.describe()).info.created_at
-        end = created_at + timedelta(seconds=seconds)
-        await wait_for(lambda: clock_past(end), timeout=seconds + 13, what="the window to pass")
-        yield Window(created_at.replace(microsecond=0), end.replace(microsecond=0))
+        for item in request.session.items:
+            if not isinstance(item, pytest.Function) or item.module is not request.module:
+                continue
+            if "missed" not in item.fixturenames:
+                continue
+            callspec = getattr(item, "callspec", None)
+            fields: dict[str, Any] = dict(callspec.params.get("missed", {}) if callspec else {})
+            seconds = fields.pop("window_seconds", 7)
+            schedule_id, task_queue = f"s-{uuid.uuid4().hex[:12]}", f"tq-{uuid.uuid4().hex}"
+            database = f"t_{uuid.uuid4().hex[:16]}"
+            postgres_server.create_database(database, template=template_db, exists_ok=False)
+            dsn = postgres_server.dsn(database)
+            defn = definition(schedule_id, every="1s", **fields)
+            pool = await create_pool(dsn, max_size=2)
+            try:
+                await apply_definitions(client, pool, [defn], task_queue=task_queue)
+            finally:
+                await pool.close()
+            handle = client.get_schedule_handle(schedule_id)
+            await handle.pause(note="test")
+            description = await handle.describe()
+            # A fire started between the create and the pause would run once the test's worker
+            # polls this queue, and commit a key of the window: none may be done.
+            for action in description.info.running_actions:
+                if isinstance(action, ScheduleActionExecutionStartWorkflow):
+                    await client.get_workflow_handle(action.workflow_id).terminate()
+            created_at = description.info.created_at
+            window = Window(
+                created_at.replace(microsecond=0),
+                (created_at + timedelta(seconds=seconds)).replace(microsecond=0),
+            )
+            made[item.nodeid] = Premade(schedule_id, task_queue, dsn, window)
+        yield made
     finally:
-        await handle.delete()
+        for one in made.values():
+            with contextlib.suppress(RPCError):
+                await client.get_schedule_handle(one.schedule_id).delete()
+
+
+@pytest.fixture
+def database(
+    request: pytest.FixtureRequest,
+    premade: dict[str, Premade],
+    postgres_server: EmbeddedPostgres,
+    template_db: str,
+) -> str:
+    made = premade.get(request.node.nodeid)
+    if made:
+        return made.database
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    postgres_server.create_database(name, template=template_db, exists_ok=False)
+    return postgres_server.dsn(name)
+
+
+@pytest.fixture
+def schedule_id(request: pytest.FixtureRequest, premade: dict[str, Premade]) -> str:
+    made = premade.get(request.node.nodeid)
+    return made.schedule_id if made else f"s-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def task_queue(request: pytest.FixtureRequest, premade: dict[str, Premade]) -> str:
+    made = premade.get(request.node.nodeid)
+    return made.task_queue if made else f"tq-{uuid.uuid4().hex}"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def missed(
+    request: pytest.FixtureRequest, premade: dict[str, Premade], worker: Worker
+) -> Window:
+    """A schedule paused at once, with a worker running: every fire time of the window this
+    returns (at least six) has no outbox record. Parametrize it (indirect) with more fields of
+    the schedule's definition, and `window_seconds` for a longer window than 7 s. The schedule
+    was made by `premade` when the module started."""
+    window = premade[request.node.nodeid].window
+    await wait_for(lambda: clock_past(window.end), timeout=60, what="the window to pass")
+    return window
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session", autouse=True)
