@@ -670,14 +670,22 @@ async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
             return (await handle.describe()).schedule.state.paused
 
         await wait_for(paused, timeout=30, what="the schedule paused by the worker")
-    desc = await handle.describe()
+        desc = await handle.describe()
+        (run,) = desc.info.recent_actions
+        assert isinstance(run.action, ScheduleActionExecutionStartWorkflow)
+        run_handle = client.get_workflow_handle(run.action.workflow_id)
+
+        async def run_status() -> str | None:
+            wf = await run_handle.describe()
+            name = wf.status.name if wf.status else None
+            return name if name != "RUNNING" else None
+
+        # The pause comes from the activity's last attempt; the run fails just after, on this
+        # worker's next workflow task: it must still be polling until then.
+        assert await wait_for(run_status, timeout=30, what="the run to end") == "FAILED"
     assert desc.schedule.state.note is not None
     assert desc.schedule.state.note.startswith("paused by cronwarden: job 'probe'")
     assert "is not registered on worker" in desc.schedule.state.note
-    (run,) = desc.info.recent_actions
-    assert isinstance(run.action, ScheduleActionExecutionStartWorkflow)
-    wf = await client.get_workflow_handle(run.action.workflow_id).describe()
-    assert wf.status is not None and wf.status.name == "FAILED"
     async with pool.acquire() as conn:
         beat = await heartbeats.get(conn, managed)
     assert beat is not None
