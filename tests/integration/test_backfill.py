@@ -617,6 +617,9 @@ async def test_a_replay_racing_the_live_run_of_its_key_applies_once(
         replay = asyncio.create_task(replay_one(client, schedule, fire_time, lock_wait=30))
         try:
             await wait_for(replay_queued, timeout=30, what="the replay waiting for the lease")
+        except BaseException:
+            replay.cancel()
+            raise
         finally:
             gate.touch()
         result = await replay

@@ -145,13 +145,13 @@ async def test_the_renewal_notices_a_lost_lease_and_stops_the_job(
     tmp_path: Path,
 ) -> None:
     # The gate never opens: only the renewal (every 2 s) noticing the takeover ends the job.
-    # Were it blind, the job would give up waiting after 25 s and fail as JobFailed instead.
+    # Were it blind or slow, the job would give up waiting after 12 s and fail as JobFailed.
     handle = await start_run(
         client,
         task_queue,
         schedule_id,
         job="gated",
-        args={"gate": str(tmp_path / "never-opened"), "wait_seconds": 25},
+        args={"gate": str(tmp_path / "never-opened"), "wait_seconds": 12},
         lock_ttl=6,
         max_attempts=1,
     )

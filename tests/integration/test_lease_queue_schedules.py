@@ -114,6 +114,9 @@ async def test_a_backfill_while_the_schedule_fires_costs_no_live_fire(
     counts = await effects_per_key(pool, schedule_id)
     assert len(counts) == len(done)
     assert set(counts.values()) == {1}
+    # ... and every replayed key has its one record and its one effect.
+    assert {logical_key(schedule_id, t) for t in missing} <= counts.keys()
+    assert set(missing) <= set(done)
 
 
 async def _committed_after(pool: asyncpg.Pool, schedule_id: str, moment: datetime) -> bool:
@@ -129,6 +132,10 @@ async def waiting_at(pool: asyncpg.Pool, lease: str) -> int:
     return int(rows[0]["n"])
 
 
+HOLD_SECONDS = 0.3
+LOCK_WAIT = 8
+
+
 @pytest.mark.parametrize("overlap", ["skip", "buffer_one"])
 async def test_fifty_replays_queued_at_one_lease_all_run_in_one_backfill(
     client: Client,
@@ -141,11 +148,13 @@ async def test_fifty_replays_queued_at_one_lease_all_run_in_one_backfill(
 ) -> None:
     schedule_id, handle = schedule
     # The first replay to take the lease waits at a gate until the three others in flight are
-    # queued behind it: the queue is certainly in use, whatever the machine's speed.
+    # queued behind it: the queue is certainly in use, whatever the machine's speed. Then each
+    # replay holds the lease HOLD_SECONDS: the fifty take far longer than one replay's lock wait,
+    # so a wait counted from the backfill's start instead of the replay's own fails the late ones.
+    # Hourly: no live fire between the apply and the pause can take a key or the lease.
     gate = tmp_path / "gate"
-    defn = definition(
-        schedule_id, every="1s", job="gated", args={"gate": str(gate)}, overlap=overlap
-    )
+    args = {"gate": str(gate), "hold_seconds": HOLD_SECONDS}
+    defn = definition(schedule_id, every="1h", job="gated", args=args, overlap=overlap)
     await apply_definitions(client, pool, [defn], task_queue=task_queue)
     await handle.pause(note="test: the outage")
     # The subject is the lease's queue, not which fires an outage misses: the fifty missed keys
@@ -155,9 +164,9 @@ async def test_fifty_replays_queued_at_one_lease_all_run_in_one_backfill(
     missing = [created_at - timedelta(seconds=s) for s in range(60, 10, -1)]
     managed = await load_managed(client, schedule_id)
     began = time.monotonic()
-    # The CLI's defaults: 4 replays in flight, 60 s of lock wait each.
+    # The CLI's 4 replays in flight; a lock wait well under the whole backfill's length.
     replaying = asyncio.create_task(
-        replay_all(client, managed, missing, concurrency=4, lock_wait=60)
+        replay_all(client, managed, missing, concurrency=4, lock_wait=LOCK_WAIT)
     )
     lease = f"schedule:{schedule_id}"
     try:
@@ -166,6 +175,9 @@ async def test_fifty_replays_queued_at_one_lease_all_run_in_one_backfill(
             timeout=60,
             what="three replays queued behind the first",
         )
+    except BaseException:
+        replaying.cancel()
+        raise
     finally:
         gate.touch()
     summary = await replaying
@@ -174,6 +186,7 @@ async def test_fifty_replays_queued_at_one_lease_all_run_in_one_backfill(
     print(f"\nbackfill of {len(missing)} keys ({overlap}): {wall:.1f} s")
     assert summary.counts[FAILED] == 0, summary.failures
     assert summary.counts[REPLAYED] == len(missing) == 50
+    assert len(missing) * HOLD_SECONDS > LOCK_WAIT, "the lease was never held past a lock wait"
     counts = await effects_per_key(pool, schedule_id)
     assert sorted(counts) == sorted(logical_key(schedule_id, t) for t in missing)
     assert set(counts.values()) == {1}

@@ -127,6 +127,8 @@ class GatedArgs(BaseModel):
     gate: str
     """Path of a file the job waits for before it writes: the test decides when it finishes."""
     wait_seconds: float = 60.0
+    hold_seconds: float = Field(default=0.0, ge=0)
+    """Seconds the job still takes once the gate is open (every run, the gate stays open)."""
     in_transaction: bool = False
     """Wait for the gate inside `ctx.transaction()`, after writing: a job whose transaction
     stays open long."""
@@ -138,6 +140,7 @@ async def gated(ctx: JobContext) -> dict[str, Any]:
     started = datetime.now(UTC)
     if not args.in_transaction:
         await _wait_for_gate(args)
+    await asyncio.sleep(args.hold_seconds)
     async with ctx.transaction() as conn:
         await record_effect(conn, ctx, started)
         if args.in_transaction:
