@@ -49,6 +49,7 @@ from cronwarden.logs import get_logger
 from cronwarden.store import heartbeats, locks, outbox
 from cronwarden.store.pool import own_statements
 from cronwarden.store.runs import CommitOutcome, CommitRecord, commit_run
+from cronwarden.worker_metrics import FAILED, LEASE_LOST_OUTCOME, WorkerMetrics
 
 # Temporal heartbeats go out this often while a run holds its lease; the workflow's heartbeat
 # timeout is a few times larger, so a dead worker is noticed in seconds, not at the timeout.
@@ -86,15 +87,36 @@ class GuardedRun:
         registry: JobRegistry,
         client: Client | None,
         worker_identity: str,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
+        """`metrics`: where the runs are counted (none given: a registry nobody reads)."""
         self._pool = pool
         self._registry = registry
         self._client = client
         self._worker = worker_identity
-        self._next_fires = next_fires.NextFireCache(client, timeout=DESCRIBE_TIMEOUT)
+        self._metrics = metrics or WorkerMetrics()
+        self._next_fires = next_fires.NextFireCache(
+            client, timeout=DESCRIBE_TIMEOUT, on_describe=self._metrics.describe_called
+        )
 
     @activity.defn(name=RUN_GUARDED)
     async def run_guarded(self, inp: GuardedRunInput) -> RunOutcome:
+        # Every outcome is decided below; it is counted here, once, whichever path decided it.
+        try:
+            outcome = await self._run(inp)
+        except ApplicationError as exc:
+            lost = exc.type == LEASE_LOST
+            self._metrics.run_finished(
+                inp.schedule_id, LEASE_LOST_OUTCOME if lost else FAILED, replay=inp.replay
+            )
+            raise
+        except Exception:
+            self._metrics.run_finished(inp.schedule_id, FAILED, replay=inp.replay)
+            raise
+        self._metrics.run_finished(inp.schedule_id, outcome.outcome, replay=inp.replay)
+        return outcome
+
+    async def _run(self, inp: GuardedRunInput) -> RunOutcome:
         info = activity.info()
         log = get_logger("cronwarden.run").bind(
             schedule_id=inp.schedule_id,
@@ -112,28 +134,31 @@ class GuardedRun:
         # number decides between two of them (see store/locks.py).
         holder = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
 
-        got = await acquire_lease(
-            self._pool,
-            LeaseRequest(
-                name=inp.lock_name,
-                holder=holder,
-                attempt=info.attempt,
-                ttl_seconds=inp.lock_ttl_seconds,
-                logical_key=inp.logical_key,
-                schedule_id=inp.schedule_id,
-                run_deadline_seconds=_run_deadline_seconds(info, inp),
-                replay=inp.replay,
-                wait_for_any=inp.wait_for_any,
-                wait_seconds=lease_wait_seconds(
-                    inp.lock_wait_seconds,
-                    scheduled=info.scheduled_time,
-                    attempt_scheduled=info.current_attempt_scheduled_time,
+        with self._metrics.phase("acquire"):
+            got = await acquire_lease(
+                self._pool,
+                LeaseRequest(
+                    name=inp.lock_name,
+                    holder=holder,
+                    attempt=info.attempt,
+                    ttl_seconds=inp.lock_ttl_seconds,
+                    logical_key=inp.logical_key,
+                    schedule_id=inp.schedule_id,
+                    run_deadline_seconds=_run_deadline_seconds(info, inp),
+                    replay=inp.replay,
+                    wait_for_any=inp.wait_for_any,
+                    wait_seconds=lease_wait_seconds(
+                        inp.lock_wait_seconds,
+                        scheduled=info.scheduled_time,
+                        attempt_scheduled=info.current_attempt_scheduled_time,
+                    ),
+                    per_key=inp.per_key_lease,
                 ),
-                per_key=inp.per_key_lease,
-            ),
-            log=log,
-            heartbeat=activity.heartbeat,
-        )
+                log=log,
+                heartbeat=activity.heartbeat,
+            )
+        if got.took_over:
+            self._metrics.lease_taken_over()
         if got.already_done:
             return self._already_done(inp, got.done_args_digest, info.attempt, log)
         if got.token is None:
@@ -242,9 +267,9 @@ class GuardedRun:
                 self._renew_lease(inp, record.token, lost, job_task, log),
                 name=f"lease:{ctx.logical_key}",
             )
-            result = self._check_result(
-                spec, await _within_timeout(job_task, job_deadline, inp), log
-            )
+            with self._metrics.phase("job"):
+                returned = await _within_timeout(job_task, job_deadline, inp)
+            result = self._check_result(spec, returned, log)
             if ctx.abandoned:
                 raise TransactionAbandoned(
                     "the job caught an error raised inside ctx.transaction() and returned "
@@ -256,23 +281,26 @@ class GuardedRun:
                     log.warning("run.transaction-held-after-block", seconds=round(held, 3))
 
             phase = "commit"
-            fires = await self._next_fires_known(inp, ctx)
-            record = replace(
-                record,
-                result=result,
-                next_fire_times=fires.times,
-                times_digest=fires.digest,
-                # A describe that answered for a definition and listed no next action time:
-                # the spec has run out (end_at passed, its last year done).
-                schedule_finished=fires.digest is not None and fires.exists and not fires.times,
-                write_heartbeat=fires.exists,
-                transaction_marker=ctx.marker,
-            )
-            if ctx.in_transaction and not ctx.conn.is_in_transaction():
-                # The job ended the transaction itself (a COMMIT, ROLLBACK or script): its
-                # writes may have landed without the outbox record. Never write the record.
-                raise _transaction_ended(inp, log)
-            committed = await self._commit(ctx, record)
+            with self._metrics.phase("commit"):
+                fires = await self._next_fires_known(inp, ctx)
+                record = replace(
+                    record,
+                    result=result,
+                    next_fire_times=fires.times,
+                    times_digest=fires.digest,
+                    # A describe that answered for a definition and listed no next action time:
+                    # the spec has run out (end_at passed, its last year done).
+                    schedule_finished=(
+                        fires.digest is not None and fires.exists and not fires.times
+                    ),
+                    write_heartbeat=fires.exists,
+                    transaction_marker=ctx.marker,
+                )
+                if ctx.in_transaction and not ctx.conn.is_in_transaction():
+                    # The job ended the transaction itself (a COMMIT, ROLLBACK or script): its
+                    # writes may have landed without the outbox record. Never write the record.
+                    raise _transaction_ended(inp, log)
+                committed = await self._commit(ctx, record)
         except asyncio.CancelledError:
             await ctx.rollback()
             current = asyncio.current_task()
@@ -359,6 +387,7 @@ class GuardedRun:
                 "run.committed", note="commit outcome confirmed after an error", error=str(exc)
             )
             return _ran(record)
+        self._metrics.commit_failed()
         await self._release(record, log)
         log.warning("run.commit-failed", error=f"{type(exc).__name__}: {exc}")
         # Retryable: the retry either finds the key committed or runs it again, and the outbox

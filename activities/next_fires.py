@@ -18,6 +18,7 @@ it before it opens one (`ctx.transaction()`, or the commit when the job opened n
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -69,8 +70,16 @@ def ahead_of(times: tuple[datetime, ...], reference: datetime) -> int:
 class NextFireCache:
     """One per worker process; shared by its concurrent runs."""
 
-    def __init__(self, client: Client | None, *, timeout: timedelta) -> None:
+    def __init__(
+        self,
+        client: Client | None,
+        *,
+        timeout: timedelta,
+        on_describe: Callable[[], None] | None = None,
+    ) -> None:
+        """`on_describe`: told of every describe call (the worker counts them)."""
         self._client = client
+        self._on_describe = on_describe
         self._timeout = timeout.total_seconds()
         self._entries: dict[str, NextFires] = {}
         # Schedules whose times ran out, were refused by the row, or could not be looked up.
@@ -162,6 +171,8 @@ class NextFireCache:
     async def _describe(self, schedule_id: str) -> str | None:
         """Describe the schedule into the cache; the error, if it failed."""
         assert self._client is not None
+        if self._on_describe is not None:
+            self._on_describe()
         try:
             desc = await asyncio.wait_for(
                 self._client.get_schedule_handle(schedule_id).describe(

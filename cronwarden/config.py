@@ -100,7 +100,10 @@ class Settings(BaseSettings):
     that encodes every payload: encryption at rest in Temporal. Workers, the CLI and anything
     else that reads the runs must share it."""
     health_port: int | None = Field(default=None, ge=1, le=65535)
-    """Port of the worker's /healthz and /readyz endpoints; unset serves none."""
+    """Port of the worker's /healthz, /readyz and /metrics endpoints; unset serves none."""
+    metrics_schedule_label: bool = True
+    """Label the worker's run counts by schedule id. Off for a fleet of many schedules: the
+    counts are then per outcome only (the label is dropped, not left empty)."""
     graceful_shutdown_seconds: float = Field(default=30.0, ge=0)
     """How long a stopping worker lets in-flight runs finish before cancelling them."""
     max_concurrent_runs: int = Field(default=10, ge=1, le=1000)

@@ -5,8 +5,11 @@
 - `/readyz`: the worker polls its task queue, is not draining, and both Temporal and Postgres
   answered a probe. It turns 503 the moment a stop is requested, before the drain starts.
 
-A tiny HTTP/1.1 responder on asyncio: two GET routes do not justify a web framework. Probe results
-are cached briefly, so a probe every few seconds from several kubelets costs the servers one
+- `/metrics` (when the worker hands in its registry): its Prometheus metrics
+  (`cronwarden/worker_metrics.py`).
+
+Served by aiohttp, the exposition by the Prometheus client library. Probe results are cached
+briefly, so a probe every few seconds from several kubelets costs the servers one
 round trip each per cache period.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,6 +27,8 @@ from datetime import timedelta
 from typing import Any
 
 import asyncpg
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
@@ -34,8 +40,8 @@ log = get_logger("cronwarden.health")
 OK = "ok"
 PROBE_TIMEOUT_SECONDS = 2.0
 CACHE_SECONDS = 2.0
-_READ_TIMEOUT_SECONDS = 5.0
-_MAX_HEADER_LINES = 100
+# A request still in flight at shutdown gets this long: every route answers in well under it.
+_SHUTDOWN_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -107,74 +113,85 @@ class WorkerReadiness:
         return Readiness(all(v == OK for v in checks.values()), checks)
 
 
-def _response(status: int, reason: str, body: dict[str, Any], *, head: bool) -> bytes:
-    payload = json.dumps(body, sort_keys=True).encode()
-    lines = [
-        f"HTTP/1.1 {status} {reason}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(payload)}",
-        "Cache-Control: no-store",
-        "Connection: close",
-    ]
-    return "\r\n".join(lines).encode() + b"\r\n\r\n" + (b"" if head else payload)
+def _json(status: int, body: dict[str, Any]) -> web.Response:
+    return web.json_response(
+        body, status=status, dumps=functools.partial(json.dumps, sort_keys=True)
+    )
 
 
 class HealthServer:
-    def __init__(self, readiness: WorkerReadiness) -> None:
+    """The routes. HEAD is answered for every GET route (aiohttp's `add_get`), without a body."""
+
+    def __init__(self, readiness: WorkerReadiness, *, metrics: CollectorRegistry | None) -> None:
         self._readiness = readiness
+        self._metrics = metrics
 
-    async def respond(self, method: str, path: str) -> bytes:
-        head = method == "HEAD"
-        if method not in {"GET", "HEAD"}:
-            return _response(405, "Method Not Allowed", {"error": "GET only"}, head=head)
-        route = path.split("?", 1)[0]
-        if route == "/healthz":
-            return _response(200, "OK", {"status": OK}, head=head)
-        if route == "/readyz":
-            state = await self._readiness.check()
-            body = {"ready": state.ready, "checks": state.checks}
-            if state.ready:
-                return _response(200, "OK", body, head=head)
-            return _response(503, "Service Unavailable", body, head=head)
-        return _response(404, "Not Found", {"error": f"no route {route}"}, head=head)
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[_plain_answers])
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        if self._metrics is not None:
+            app.router.add_get("/metrics", self.metrics)
+        return app
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(_READ_TIMEOUT_SECONDS):
-                request_line = (await reader.readline()).decode("latin-1").split()
-                for _ in range(_MAX_HEADER_LINES):
-                    if (await reader.readline()) in (b"\r\n", b"\n", b""):
-                        break
-            if len(request_line) != 3:
-                response = _response(400, "Bad Request", {"error": "bad request line"}, head=False)
-            else:
-                response = await self.respond(request_line[0], request_line[1])
-            writer.write(response)
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass  # a prober that went away or never spoke: nothing to answer
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+    async def healthz(self, request: web.Request) -> web.Response:
+        return _json(200, {"status": OK})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        state = await self._readiness.check()
+        return _json(200 if state.ready else 503, {"ready": state.ready, "checks": state.checks})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        assert self._metrics is not None
+        # The text format, not OpenMetrics: what every Prometheus scrapes by default.
+        response = web.Response(body=generate_latest(self._metrics))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+
+@web.middleware
+async def _plain_answers(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Errors as JSON like every other answer; nothing cached by a proxy; one request per
+    connection, as probers make them (none of them holds a connection open for the next)."""
+    response: web.StreamResponse
+    try:
+        response = await handler(request)
+    except web.HTTPMethodNotAllowed:
+        response = _json(405, {"error": "GET only"})
+    except web.HTTPNotFound:
+        response = _json(404, {"error": f"no route {request.path}"})
+    response.headers["Cache-Control"] = "no-store"
+    response.force_close()
+    return response
 
 
 @contextlib.asynccontextmanager
-async def serve_health(port: int, readiness: WorkerReadiness) -> AsyncIterator[asyncio.Server]:
-    """Serve /healthz and /readyz on every interface at `port` for the life of the block."""
+async def serve_health(
+    port: int, readiness: WorkerReadiness, *, metrics: CollectorRegistry | None = None
+) -> AsyncIterator[web.AppRunner]:
+    """Serve /healthz and /readyz (and /metrics, given a registry) on every interface at
+    `port` for the life of the block."""
+    runner = web.AppRunner(
+        HealthServer(readiness, metrics=metrics).app(),
+        access_log=None,  # probes every few seconds: the log would be nothing else
+        shutdown_timeout=_SHUTDOWN_SECONDS,
+    )
+    await runner.setup()
     try:
         # host=None: every interface, IPv4 and IPv6, as a pod's probes need.
-        server = await asyncio.start_server(HealthServer(readiness).handle, host=None, port=port)
+        await web.TCPSite(runner, host=None, port=port).start()
     except OSError as exc:
+        await runner.cleanup()
         if exc.errno == errno.EADDRINUSE:
             raise PortInUse(
                 f"the health port {port} is in use; choose another with --health-port "
                 "or CRONWARDEN_HEALTH_PORT"
             ) from exc
         raise
-    log.info("health.serving", port=port)
+    log.info("health.serving", port=port, metrics=metrics is not None)
     try:
-        yield server
+        yield runner
     finally:
-        server.close()
-        await server.wait_closed()
+        await runner.cleanup()

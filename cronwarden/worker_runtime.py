@@ -23,6 +23,7 @@ from cronwarden.errors import InvalidInput
 from cronwarden.health import WorkerReadiness, serve_health
 from cronwarden.logs import get_logger
 from cronwarden.store.pool import create_pool
+from cronwarden.worker_metrics import WorkerMetrics
 from cronwarden.workflows.scheduled_run import ScheduledRunWorkflow
 
 log = get_logger("cronwarden.worker")
@@ -48,11 +49,17 @@ def build_worker(
     max_concurrent_runs: int = 10,
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Callable[..., Any]] = (),
+    metrics: WorkerMetrics | None = None,
 ) -> Worker:
     """`extra_*`: more workflows/activities on the same worker (the guard-overhead benchmark
-    runs its bare baseline beside the guarded runs, under the same settings)."""
+    runs its bare baseline beside the guarded runs, under the same settings). `metrics`: where
+    the guarded runs are counted."""
     guarded = GuardedRun(
-        pool=pool, registry=registry, client=client, worker_identity=worker_identity()
+        pool=pool,
+        registry=registry,
+        client=client,
+        worker_identity=worker_identity(),
+        metrics=metrics,
     )
     return Worker(
         client,
@@ -95,6 +102,7 @@ async def run_worker(
             installed.append(sig)
         except (NotImplementedError, RuntimeError):
             pass
+    metrics = WorkerMetrics(schedule_label=settings.metrics_schedule_label)
     try:
         worker = build_worker(
             client=client,
@@ -103,6 +111,7 @@ async def run_worker(
             task_queue=settings.task_queue,
             graceful_shutdown=timedelta(seconds=settings.graceful_shutdown_seconds),
             max_concurrent_runs=settings.max_concurrent_runs,
+            metrics=metrics,
         )
         log.info(
             "worker.started",
@@ -121,7 +130,9 @@ async def run_worker(
                     polling=lambda: worker.is_running,
                     draining=stop.is_set,
                 )
-                await serving.enter_async_context(serve_health(settings.health_port, readiness))
+                await serving.enter_async_context(
+                    serve_health(settings.health_port, readiness, metrics=metrics.registry)
+                )
             async with worker:
                 await stop.wait()
                 log.info("worker.draining", graceful_seconds=settings.graceful_shutdown_seconds)

@@ -62,6 +62,12 @@ WITH done AS (
         OR l.holder IS NULL
         OR (l.holder = EXCLUDED.holder AND l.attempt < EXCLUDED.attempt)
     RETURNING token
+), previous AS (
+    -- The lease as the statement's snapshot saw it, for `took_over` only: a lease seen held
+    -- and unexpired that `acquired` took anyway was released meanwhile, not taken over.
+    SELECT holder IS NOT NULL AND (expires_at <= now() OR (holder = $2 AND attempt < $5))
+           AS takeable_held
+      FROM cronwarden.locks WHERE name = $1
 ), current AS (
     -- A locking read, so the lease as it is now and not as this statement's snapshot saw it:
     -- when another acquire took the lease while ours waited on the row (`acquired` re-checks
@@ -123,7 +129,9 @@ SELECT (SELECT token FROM acquired) AS token,
        COALESCE((SELECT replay FROM current WHERE active),
                 (SELECT priority = 1 FROM ahead), false) AS held_by_replay,
        NOT EXISTS (SELECT 1 FROM current WHERE active)
-           AND NOT EXISTS (SELECT 1 FROM ahead) AS seen_free
+           AND NOT EXISTS (SELECT 1 FROM ahead) AS seen_free,
+       EXISTS (SELECT 1 FROM acquired)
+           AND COALESCE((SELECT takeable_held FROM previous), false) AS took_over
 """
 
 # Giving up or cancelled while queued: leave the queue so nobody waits behind a ghost for the
@@ -172,6 +180,9 @@ class Acquisition:
     """When not acquired: the statement saw the lease free and nobody ahead, yet was refused:
     another run created the lease's row while it ran (a row no read of its snapshot shows, so
     `held_for` is unknown). A fresh statement sees that run."""
+    took_over: bool = False
+    """When acquired: from a holder that never released it (its lease expired, or it was an
+    earlier attempt of this run), as the statement's snapshot saw the lease."""
 
 
 async def acquire(
@@ -216,6 +227,7 @@ async def acquire(
         held_by_replay=row["held_by_replay"],
         queued=row["queued"],
         seen_free=row["seen_free"],
+        took_over=row["took_over"],
     )
 
 

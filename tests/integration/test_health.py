@@ -50,7 +50,7 @@ async def test_the_health_endpoints_answer_as_specified(
         assert await http_get(port, "/healthz") == Answer(200, {"status": "ok"})
         assert await http_get(port, "/readyz?verbose=1") == answer
         assert (await http_get(port, "/healthz", method="HEAD")) == Answer(200, {})
-        assert (await http_get(port, "/metrics")).status == 404
+        assert (await http_get_text(port, "/metrics"))[0] == 200
         assert (await http_get(port, "/healthz", method="POST")).status == 405
 
         stop.set()
