@@ -52,7 +52,7 @@ from cronwarden.store.pool import create_pool
 from tests.support.cli import cli, cli_json, cronwarden_argv, iso
 from tests.support.database import fetch
 from tests.support.paths import REPO_ROOT
-from tests.support.runs import effects
+from tests.support.runs import effects, queued_at
 from tests.support.schedules import definition, every_two_seconds
 from tests.support.servers import in_process_worker
 from tests.support.waiting import clock_past, wait_for
@@ -403,16 +403,10 @@ async def test_a_lease_held_past_lock_wait_leaves_keys_overlap_locked_and_exits_
         cli_json(cli_env, "backfill", "run", schedule_id, *args, "--lock-wait", "60s")
     )
 
-    async def replays_queued() -> bool:
-        rows = await fetch(
-            pool,
-            "SELECT 1 FROM cronwarden.lock_waiters WHERE name = $1 AND expires_at > now()",
-            lease,
-        )
-        return bool(rows)
-
     try:
-        await wait_for(replays_queued, timeout=30, what="replays waiting for the lease")
+        await wait_for(
+            lambda: queued_at(pool, lease), timeout=30, what="replays waiting for the lease"
+        )
     finally:
         async with pool.acquire() as conn:
             await locks.release(conn, name=lease, token=held.token)
@@ -601,14 +595,6 @@ async def test_a_replay_racing_the_live_run_of_its_key_applies_once(
             )
             return rows[0]["logical_key"] if rows else None
 
-        async def replay_queued() -> bool:
-            rows = await fetch(
-                pool,
-                "SELECT 1 FROM cronwarden.lock_waiters WHERE name = $1 AND expires_at > now()",
-                lease,
-            )
-            return bool(rows)
-
         held = await wait_for(live_key, timeout=30, what="a live run holding the lease")
         assert held is not None
         key = held
@@ -616,7 +602,9 @@ async def test_a_replay_racing_the_live_run_of_its_key_applies_once(
         schedule = await load_managed(client, schedule_id)
         replay = asyncio.create_task(replay_one(client, schedule, fire_time, lock_wait=30))
         try:
-            await wait_for(replay_queued, timeout=30, what="the replay waiting for the lease")
+            await wait_for(
+                lambda: queued_at(pool, lease), timeout=30, what="the replay waiting for the lease"
+            )
         except BaseException:
             replay.cancel()
             raise

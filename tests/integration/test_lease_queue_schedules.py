@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from cronwarden.schedules.apply import apply_definitions
 from cronwarden.store import locks
 from tests.support.cli import cli, cli_json, iso
 from tests.support.database import fetch
+from tests.support.runs import queued_at
 from tests.support.schedules import definition
 from tests.support.waiting import wait_for
 
@@ -123,15 +124,6 @@ async def _committed_after(pool: asyncpg.Pool, schedule_id: str, moment: datetim
     return any(t > moment for t in await committed_times(pool, schedule_id))
 
 
-async def waiting_at(pool: asyncpg.Pool, lease: str) -> int:
-    rows = await fetch(
-        pool,
-        "SELECT count(*) AS n FROM cronwarden.lock_waiters WHERE name = $1 AND expires_at > now()",
-        lease,
-    )
-    return int(rows[0]["n"])
-
-
 HOLD_SECONDS = 0.3
 LOCK_WAIT = 8
 
@@ -171,7 +163,7 @@ async def test_fifty_replays_queued_at_one_lease_all_run_in_one_backfill(
     lease = f"schedule:{schedule_id}"
     try:
         await wait_for(
-            lambda: _at_least(waiting_at(pool, lease), 3),
+            lambda: queued_at(pool, lease, at_least=3),
             timeout=60,
             what="three replays queued behind the first",
         )
@@ -190,10 +182,6 @@ async def test_fifty_replays_queued_at_one_lease_all_run_in_one_backfill(
     counts = await effects_per_key(pool, schedule_id)
     assert sorted(counts) == sorted(logical_key(schedule_id, t) for t in missing)
     assert set(counts.values()) == {1}
-
-
-async def _at_least(count: Awaitable[int], n: int) -> bool:
-    return await count >= n
 
 
 async def test_a_live_fire_skipped_at_a_shared_lease_is_recorded_and_shown_with_the_holder(

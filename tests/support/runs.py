@@ -183,3 +183,13 @@ class _Watching(OutboundInterceptor):
         if failing:
             raise RPCError("frontend unreachable (test)", RPCStatusCode.UNAVAILABLE, b"")
         return await self.next.describe_schedule(input)
+
+
+async def queued_at(pool: asyncpg.Pool, lease: str, *, at_least: int = 1) -> bool:
+    """Whether at least `at_least` runs wait in `lease`'s queue (places not yet expired)."""
+    rows = await fetch(
+        pool,
+        "SELECT count(*) AS n FROM cronwarden.lock_waiters WHERE name = $1 AND expires_at > now()",
+        lease,
+    )
+    return int(rows[0]["n"]) >= at_least
