@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CHECKOV := checkov==3.3.30
 
-.PHONY: dev test docs schema lint typecheck unit faults soak bench clean-state
+.PHONY: dev test test-tools docs schema lint typecheck unit faults soak bench clean-state
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cronwarden needs Python >= 3.11")'
@@ -31,7 +31,26 @@ dev: $(STAMP)
 # (each with its own Temporal and Postgres) overlap those waits. A file's tests stay together.
 TEST_WORKERS ?= 4
 
-test: $(STAMP) $(CHECKOV_STAMP)
+# Two tests need programs that are no Python packages: the status page's browser test drives
+# Debian's chromium through chromium-driver, and the metrics and alert-rule checks run promtool
+# (Debian's prometheus package). As root with apt-get, the test command installs whichever is
+# missing; elsewhere it says so, and those tests are skipped naming the missing program.
+TEST_TOOLS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool
+TEST_TOOL_PACKAGES := chromium chromium-driver prometheus
+
+test-tools:
+	@missing=; for tool in $(TEST_TOOLS); do [ -x "$$tool" ] || missing="$$missing $$tool"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing$$missing from Debian's packages: $(TEST_TOOL_PACKAGES)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $(TEST_TOOL_PACKAGES) >/dev/null \
+	  || echo "could not install$$missing: the tests that need them are skipped"; \
+	else \
+	  echo "missing$$missing (install $(TEST_TOOL_PACKAGES)): the tests that need them are skipped"; \
+	fi
+
+test: $(STAMP) $(CHECKOV_STAMP) test-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

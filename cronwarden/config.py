@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
@@ -37,6 +37,7 @@ FILE_SETTINGS = (
     "slack_webhook_url",
     "pagerduty_routing_key",
     "monitor_ping_url",
+    "status_page_token",
 )
 
 
@@ -139,6 +140,18 @@ class Settings(BaseSettings):
     monitor_database_timeout_seconds: float = Field(default=30.0, gt=0)
     """A monitor pass whose database work takes longer counts as "cannot reach the database"."""
 
+    # The status page, served by the monitor at `/` on its metrics port.
+    status_page: Literal["local", "any", "off"] = "local"
+    """Who may read the page: `local` answers clients on the loopback interface only (a browser
+    on the same host, `kubectl port-forward`), `any` every client that reaches the port (set a
+    token), `off` serves no page. /metrics and the probes answer everyone either way."""
+    status_page_token: SecretStr | None = None
+    """When set, the page asks every client for it: `Authorization: Bearer <token>`, or the
+    password of HTTP Basic (any user name) for a browser."""
+    temporal_ui_url: str | None = None
+    """Base URL of Temporal's Web UI (e.g. http://localhost:8233): the page links each slot to
+    its run there. Unset: no links."""
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -184,6 +197,7 @@ class Settings(BaseSettings):
             ("SLACK_WEBHOOK_URL", self.slack_webhook_url),
             ("MONITOR_PING_URL", self.monitor_ping_url),
             ("PAGERDUTY_URL", SecretStr(self.pagerduty_url)),
+            ("TEMPORAL_UI_URL", SecretStr(self.temporal_ui_url) if self.temporal_ui_url else None),
         ):
             if url is not None and not _is_http_url(url.get_secret_value()):
                 raise ValueError(
@@ -233,7 +247,12 @@ def settings_error_message(exc: ValidationError) -> str:
 
 
 # Settings whose whole value is a secret, and those that are URLs which may carry one.
-_SECRET_FIELDS = ("temporal_api_key", "alert_webhook_secret", "pagerduty_routing_key")
+_SECRET_FIELDS = (
+    "temporal_api_key",
+    "alert_webhook_secret",
+    "pagerduty_routing_key",
+    "status_page_token",
+)
 _SECRET_URL_FIELDS = ("alert_webhook_url", "slack_webhook_url", "monitor_ping_url")
 
 
