@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,6 +50,7 @@ from cronwarden.logs import get_logger
 from cronwarden.store import heartbeats, locks, outbox
 from cronwarden.store.pool import own_statements
 from cronwarden.store.runs import CommitOutcome, CommitRecord, commit_run
+from cronwarden.tracing import GuardTracer
 from cronwarden.worker_metrics import FAILED, LEASE_LOST_OUTCOME, WorkerMetrics
 
 # Temporal heartbeats go out this often while a run holds its lease; the workflow's heartbeat
@@ -88,33 +90,49 @@ class GuardedRun:
         client: Client | None,
         worker_identity: str,
         metrics: WorkerMetrics | None = None,
+        tracer: GuardTracer | None = None,
     ) -> None:
-        """`metrics`: where the runs are counted (none given: a registry nobody reads)."""
+        """`metrics`: where the runs are counted (none given: a registry nobody reads).
+        `tracer`: the spans of the guard's phases (none given: tracing off)."""
         self._pool = pool
         self._registry = registry
         self._client = client
         self._worker = worker_identity
         self._metrics = metrics or WorkerMetrics()
+        self._tracer = tracer or GuardTracer()
         self._next_fires = next_fires.NextFireCache(
             client, timeout=DESCRIBE_TIMEOUT, on_describe=self._metrics.describe_called
         )
 
     @activity.defn(name=RUN_GUARDED)
     async def run_guarded(self, inp: GuardedRunInput) -> RunOutcome:
+        self._tracer.run(
+            logical_key=inp.logical_key, schedule_id=inp.schedule_id, job=inp.job, replay=inp.replay
+        )
         # Every outcome is decided below; it is counted here, once, whichever path decided it.
         try:
             outcome = await self._run(inp)
         except ApplicationError as exc:
-            lost = exc.type == LEASE_LOST
-            self._metrics.run_finished(
-                inp.schedule_id, LEASE_LOST_OUTCOME if lost else FAILED, replay=inp.replay
-            )
+            self._finished(inp, LEASE_LOST_OUTCOME if exc.type == LEASE_LOST else FAILED)
             raise
         except Exception:
-            self._metrics.run_finished(inp.schedule_id, FAILED, replay=inp.replay)
+            self._finished(inp, FAILED)
             raise
-        self._metrics.run_finished(inp.schedule_id, outcome.outcome, replay=inp.replay)
+        self._finished(inp, outcome.outcome)
         return outcome
+
+    def _finished(self, inp: GuardedRunInput, outcome: str) -> None:
+        self._metrics.run_finished(inp.schedule_id, outcome, replay=inp.replay)
+        self._tracer.outcome(outcome)
+
+    @contextmanager
+    def _phase(self, name: str, inp: GuardedRunInput) -> Iterator[None]:
+        """Times the phase into its histogram and spans it (when tracing is on)."""
+        with (
+            self._metrics.phase(name),
+            self._tracer.phase(name, logical_key=inp.logical_key, schedule_id=inp.schedule_id),
+        ):
+            yield
 
     async def _run(self, inp: GuardedRunInput) -> RunOutcome:
         info = activity.info()
@@ -134,7 +152,7 @@ class GuardedRun:
         # number decides between two of them (see store/locks.py).
         holder = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
 
-        with self._metrics.phase("acquire"):
+        with self._phase("acquire", inp):
             got = await acquire_lease(
                 self._pool,
                 LeaseRequest(
@@ -262,12 +280,14 @@ class GuardedRun:
 
             phase = "job"
             log.info("run.started", lock=inp.lock_name)
-            job_task: asyncio.Future[Any] = asyncio.ensure_future(spec.func(ctx))
-            renewing = asyncio.create_task(
-                self._renew_lease(inp, record.token, lost, job_task, log),
-                name=f"lease:{ctx.logical_key}",
-            )
-            with self._metrics.phase("job"):
+            with self._phase("job", inp):
+                # Started inside the phase: spans the job makes itself (an instrumented HTTP
+                # client, say) are children of the job's span.
+                job_task: asyncio.Future[Any] = asyncio.ensure_future(spec.func(ctx))
+                renewing = asyncio.create_task(
+                    self._renew_lease(inp, record.token, lost, job_task, log),
+                    name=f"lease:{ctx.logical_key}",
+                )
                 returned = await _within_timeout(job_task, job_deadline, inp)
             result = self._check_result(spec, returned, log)
             if ctx.abandoned:
@@ -281,7 +301,7 @@ class GuardedRun:
                     log.warning("run.transaction-held-after-block", seconds=round(held, 3))
 
             phase = "commit"
-            with self._metrics.phase("commit"):
+            with self._phase("commit", inp):
                 fires = await self._next_fires_known(inp, ctx)
                 record = replace(
                     record,

@@ -110,6 +110,10 @@ class Settings(BaseSettings):
     max_concurrent_runs: int = Field(default=10, ge=1, le=1000)
     """Runs one worker executes at once. Each may hold two Postgres connections (its commit
     transaction and a lease renewal), so the worker's pool holds twice this, plus two."""
+    tracing: Literal["otlp", "off"] = "off"
+    """`otlp`: the worker traces its runs (Temporal's spans and the guard's phases) and exports
+    them by OTLP over HTTP, configured by OpenTelemetry's own variables
+    (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, ...). Needs `cronwarden[otel]`."""
 
     # The absence monitor (`cronwarden monitor`). Every URL that may carry a token is secret.
     alert_webhook_url: SecretStr | None = None

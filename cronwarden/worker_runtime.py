@@ -9,11 +9,12 @@ import signal
 import socket
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from temporalio.client import Client
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from cronwarden import temporal
 from cronwarden.activities.guard import GuardedRun
@@ -23,8 +24,12 @@ from cronwarden.errors import InvalidInput
 from cronwarden.health import WorkerReadiness, serve_health
 from cronwarden.logs import get_logger
 from cronwarden.store.pool import create_pool
+from cronwarden.tracing import worker_tracing
 from cronwarden.worker_metrics import WorkerMetrics
 from cronwarden.workflows.scheduled_run import ScheduledRunWorkflow
+
+if TYPE_CHECKING:
+    from cronwarden.otel import WorkerTracing
 
 log = get_logger("cronwarden.worker")
 
@@ -50,22 +55,29 @@ def build_worker(
     extra_workflows: Sequence[type] = (),
     extra_activities: Sequence[Callable[..., Any]] = (),
     metrics: WorkerMetrics | None = None,
+    tracing: WorkerTracing | None = None,
 ) -> Worker:
     """`extra_*`: more workflows/activities on the same worker (the guard-overhead benchmark
     runs its bare baseline beside the guarded runs, under the same settings). `metrics`: where
-    the guarded runs are counted."""
+    the guarded runs are counted. `tracing`: what traces them (none: tracing off)."""
     guarded = GuardedRun(
         pool=pool,
         registry=registry,
         client=client,
         worker_identity=worker_identity(),
         metrics=metrics,
+        tracer=tracing.guard if tracing else None,
     )
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[ScheduledRunWorkflow, *extra_workflows],
         activities=[guarded.run_guarded, *extra_activities],
+        # On the worker, not the client: the spans are the workflow's and the activity's, and
+        # the calls this worker's client makes (describe, pause) are ones the interceptor does
+        # not trace. A client given by the caller may be its own, so it is left as it is.
+        interceptors=[tracing.interceptor] if tracing else [],
+        workflow_runner=tracing.workflow_runner() if tracing else SandboxedWorkflowRunner(),
         graceful_shutdown_timeout=graceful_shutdown,
         max_concurrent_activities=max_concurrent_runs,
         # The SDK sends at most one heartbeat per 0.8 x heartbeat timeout by default (8 s of our
@@ -80,14 +92,19 @@ async def run_worker(
     client: Client | None = None,
     pool: asyncpg.Pool | None = None,
     stop: asyncio.Event | None = None,
+    tracing: WorkerTracing | None = None,
 ) -> None:
     """Run until `stop` is set or SIGINT/SIGTERM arrives; in-flight runs get the graceful
-    timeout to finish, after which they are cancelled (and retried elsewhere)."""
+    timeout to finish, after which they are cancelled (and retried elsewhere). `tracing`: the
+    caller's, left running; none given, CRONWARDEN_TRACING decides, and what it starts is
+    flushed and shut down when the worker stops."""
     if not settings.job_modules():
         # A worker with no jobs would fail every run it picks up (and pause every
         # pause_on_failure schedule on the queue): refuse to start instead.
         raise InvalidInput("CRONWARDEN_JOBS is not set: name the modules that register your jobs")
     registry = import_job_modules(settings.job_modules())
+    own_tracing = None if tracing else worker_tracing(settings)
+    tracing = tracing or own_tracing
     own_pool = pool is None
     if client is None:
         client = await temporal.connect(settings)
@@ -112,6 +129,7 @@ async def run_worker(
             graceful_shutdown=timedelta(seconds=settings.graceful_shutdown_seconds),
             max_concurrent_runs=settings.max_concurrent_runs,
             metrics=metrics,
+            tracing=tracing,
         )
         log.info(
             "worker.started",
@@ -119,6 +137,7 @@ async def run_worker(
             namespace=settings.namespace,
             jobs=registry.names(),
             identity=worker_identity(),
+            tracing=tracing is not None,
         )
         async with contextlib.AsyncExitStack() as serving:
             if settings.health_port is not None:
@@ -142,3 +161,6 @@ async def run_worker(
             loop.remove_signal_handler(sig)
         if own_pool:
             await pool.close()
+        if own_tracing is not None:
+            # Blocks while the last spans are exported: off the loop.
+            await asyncio.to_thread(own_tracing.shutdown)
