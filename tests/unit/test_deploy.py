@@ -2,7 +2,8 @@
 
 The Dockerfile is linted by hadolint, docker-compose.yml is parsed and cross-checked, and the
 Kubernetes manifests are rendered by the real kubectl (its built-in kustomize) and validated
-against Kubernetes' own schemas. Each check is also shown to fail on a broken input.
+against Kubernetes' own schemas, prometheus-operator's kinds against a schema of theirs
+(tests/support/manifests.py). Each check is also shown to fail on a broken input.
 """
 
 from __future__ import annotations
@@ -26,19 +27,13 @@ from packaging.utils import canonicalize_name
 
 from cronwarden.activities.jobs import import_job_modules
 from cronwarden.schedules.model import parse_schedule_text
+from tests.support.manifests import MONITORING_GROUP, monitoring_problems, render, run_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"
 KUBERNETES_VERSION = "1.37.0"  # the newest schema set kubernetes-validate ships
 MIGRATOR = "cronwarden_migrator"
 RUNTIME = "cronwarden_runtime"
-
-
-def run_tool(name: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / name), *args], capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 # --- Dockerfile -------------------------------------------------------------------------------
@@ -261,15 +256,14 @@ def test_the_compose_stack_runs_maintained_temporal_images_and_waits_for_the_nam
 # --- Kubernetes -------------------------------------------------------------------------------
 
 
-def render(path: Path) -> list[dict[str, Any]]:
-    result = run_tool("kubectl", "kustomize", str(path))
-    assert result.returncode == 0, f"kustomize failed on {path}: {result.stderr}"
-    return [d for d in yaml.safe_load_all(result.stdout) if d]
-
-
 def schema_problems(docs: list[dict[str, Any]]) -> list[str]:
     problems = []
     for doc in docs:
+        # prometheus-operator's kinds against their schema here; any other kind unknown to
+        # kubernetes-validate raises, rather than passing unchecked.
+        if doc["apiVersion"].partition("/")[0] == MONITORING_GROUP:
+            problems += monitoring_problems(doc)
+            continue
         try:
             kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
