@@ -56,6 +56,18 @@ def logical_key(schedule_id: str, fire_time: datetime) -> str:
     return f"{schedule_id}@{format_fire_time(fire_time)}"
 
 
+def fire_time_of_key(schedule_id: str, key: str) -> datetime | None:
+    """The fire time `key` names if it is exactly a logical key of the schedule, else None."""
+    prefix = f"{schedule_id}@"
+    if not key.startswith(prefix):
+        return None
+    try:
+        fire_time = parse_fire_time(key[len(prefix) :])
+    except ValueError:
+        return None
+    return fire_time if logical_key(schedule_id, fire_time) == key else None
+
+
 # allow_all runs take one lease per logical key, named with this prefix; no shared lock may
 # start with it (schedules/model.py), and the per-key sweep deletes only such rows.
 PER_KEY_LOCK_PREFIX = "key:"

@@ -16,7 +16,7 @@ import asyncpg
 from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
 from temporalio.common import SearchAttributeKey
 
-from cronwarden.activities.contract import logical_key, parse_fire_time
+from cronwarden.activities.contract import fire_time_of_key, logical_key
 from cronwarden.backfill.plan import FireTimes, ManagedSchedule, plan_on
 from cronwarden.backfill.window import Window
 from cronwarden.schedules.run_ids import REPLAY_INFIX, replay_fire_time, scheduled_fire_time
@@ -56,7 +56,7 @@ class Audit:
         """Missing fire times known to have ended `overlap-locked` at the lease: at most the
         last skip's, looked up in the missing times rather than by formatting each one."""
         key = (self.last_lease_skip or {}).get("logical_key")
-        fire_time = _fire_time_of_key(self.schedule_id, key) if isinstance(key, str) else None
+        fire_time = fire_time_of_key(self.schedule_id, key) if isinstance(key, str) else None
         return [fire_time] if fire_time is not None and fire_time in self.missing else []
 
     def as_json(self) -> dict[str, Any]:
@@ -125,18 +125,6 @@ async def audit(
         lease_skips_total=beat["lease_skips"] if beat else 0,
         last_lease_skip=lease_skip_json(beat),
     )
-
-
-def _fire_time_of_key(schedule_id: str, key: str) -> datetime | None:
-    """The fire time `key` names if it is exactly a logical key of the schedule, else None."""
-    prefix = f"{schedule_id}@"
-    if not key.startswith(prefix):
-        return None
-    try:
-        fire_time = parse_fire_time(key[len(prefix) :])
-    except ValueError:
-        return None
-    return fire_time if logical_key(schedule_id, fire_time) == key else None
 
 
 async def running_fire_times(client: Client, schedule: ManagedSchedule) -> set[datetime]:

@@ -23,7 +23,7 @@ from typing import TypeAlias
 from cronwarden import temporal
 from cronwarden.activities.jobs import import_job_modules
 from cronwarden.config import DEV_ENV_FILE, Settings
-from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal
+from cronwarden.embedded import EmbeddedPostgres, EmbeddedTemporal, ensure_port_free
 from cronwarden.errors import InvalidInput
 from cronwarden.logs import get_logger
 from cronwarden.monitor.process import run_monitor
@@ -50,6 +50,8 @@ class DevOptions:
     temporal_port: int
     ui_port: int
     postgres_port: int
+    status_port: int
+    """The monitor's HTTP port: the status page at `/`, its /metrics, on 127.0.0.1 only."""
     schedules_file: Path
     jobs: str
 
@@ -182,8 +184,11 @@ async def _run_stack(options: DevOptions, *, console: Say, signals: _StopSignals
     state = options.state_dir
     state.mkdir(parents=True, exist_ok=True)
     schedules_file = _schedules_path(options.schedules_file)
+    # Checked before anything starts: the monitor binds it only once the stack is up.
+    ensure_port_free(options.status_port, what="the status page", flag="--status-port")
     settings = Settings(
         temporal_address=f"127.0.0.1:{options.temporal_port}",
+        temporal_ui_url=f"http://127.0.0.1:{options.ui_port}",
         database_url=f"postgresql://postgres@127.0.0.1:{options.postgres_port}/{DATABASE}",  # type: ignore[arg-type]
         jobs=options.jobs,
         graceful_shutdown_seconds=10,
@@ -224,6 +229,7 @@ async def _run_stack(options: DevOptions, *, console: Say, signals: _StopSignals
                     console,
                     f"\n[bold]cronwarden dev is up[/]\n"
                     f"  Temporal UI   {server.ui_url}\n"
+                    f"  Status page   http://127.0.0.1:{options.status_port}/\n"
                     f"  Temporal      {server.address} (namespace {settings.namespace})\n"
                     f"  Postgres      {settings.dsn}\n"
                     f"  schedules     "
@@ -237,6 +243,8 @@ async def _run_stack(options: DevOptions, *, console: Say, signals: _StopSignals
                     run_monitor(
                         settings,
                         interval=DEV_MONITOR_INTERVAL,
+                        metrics_port=options.status_port,
+                        metrics_host="127.0.0.1",
                         stop=signals.stop,
                         handle_signals=False,
                     ),

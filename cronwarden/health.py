@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import json
 import time
@@ -28,20 +27,18 @@ from typing import Any
 
 import asyncpg
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
-from cronwarden.errors import PortInUse
 from cronwarden.logs import get_logger
+from cronwarden.web import metrics_response, serving
 
 log = get_logger("cronwarden.health")
 
 OK = "ok"
 PROBE_TIMEOUT_SECONDS = 2.0
 CACHE_SECONDS = 2.0
-# A request still in flight at shutdown gets this long: every route answers in well under it.
-_SHUTDOWN_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -143,10 +140,7 @@ class HealthServer:
 
     async def metrics(self, request: web.Request) -> web.Response:
         assert self._metrics is not None
-        # The text format, not OpenMetrics: what every Prometheus scrapes by default.
-        response = web.Response(body=generate_latest(self._metrics))
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return response
+        return metrics_response(self._metrics)
 
 
 @web.middleware
@@ -173,25 +167,12 @@ async def serve_health(
 ) -> AsyncIterator[web.AppRunner]:
     """Serve /healthz and /readyz (and /metrics, given a registry) on every interface at
     `port` for the life of the block."""
-    runner = web.AppRunner(
+    async with serving(
         HealthServer(readiness, metrics=metrics).app(),
-        access_log=None,  # probes every few seconds: the log would be nothing else
-        shutdown_timeout=_SHUTDOWN_SECONDS,
-    )
-    await runner.setup()
-    try:
-        # host=None: every interface, IPv4 and IPv6, as a pod's probes need.
-        await web.TCPSite(runner, host=None, port=port).start()
-    except OSError as exc:
-        await runner.cleanup()
-        if exc.errno == errno.EADDRINUSE:
-            raise PortInUse(
-                f"the health port {port} is in use; choose another with --health-port "
-                "or CRONWARDEN_HEALTH_PORT"
-            ) from exc
-        raise
-    log.info("health.serving", port=port, metrics=metrics is not None)
-    try:
+        host=None,
+        port=port,
+        port_taken=f"the health port {port} is in use; choose another with --health-port "
+        "or CRONWARDEN_HEALTH_PORT",
+    ) as runner:
+        log.info("health.serving", port=port, metrics=metrics is not None)
         yield runner
-    finally:
-        await runner.cleanup()

@@ -1,33 +1,22 @@
-"""Prometheus `/metrics`, `/healthz` and `/readyz`, served by a few lines of asyncio.
+"""The monitor's Prometheus metrics, exposed by the official client library.
 
-`/healthz` (liveness) answers whenever the event loop does: a monitor that cannot reach the
-database is alive, and restarting it would only repeat its "cannot reach the database" page.
-`/readyz` (readiness) says whether a recent pass reached the database.
-
-The text exposition format is small and stable, so it is written by hand rather than pulling in
-prometheus-client for a handful of gauges and two counters.
+A pass replaces the whole picture at once (which schedules are watched, how long since each one
+succeeded), so the state lives in this plain object and a custom collector turns it into metric
+families at scrape time: a schedule deleted since the last pass disappears from /metrics instead
+of lingering as a stale labelled gauge. Each monitor has its own registry, never the library's
+global one, so several monitors in one process (tests, `cronwarden dev`) each report their own.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from cronwarden.logs import get_logger
-
-log = get_logger("cronwarden.monitor")
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    return repr(float(value))
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 
 @dataclass
@@ -45,6 +34,11 @@ class Metrics:
     """Whether Temporal answered the last pause check (None: no pause check configured)."""
     pauses_unverified: int = 0
     """Recorded pauses the last pass could not check against Temporal."""
+    registry: CollectorRegistry = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_MonitorCollector(self))
 
     def notification_sent(self, sink: str) -> None:
         self.sent[sink] += 1
@@ -56,131 +50,78 @@ class Metrics:
         self.dead[sink] += 1
 
     def render(self) -> str:
-        lines: list[str] = []
-
-        def family(name: str, kind: str, help_text: str) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-
-        family(
-            "cronwarden_schedule_seconds_since_last_success",
-            "gauge",
-            "Seconds since the schedule's last committed run (absent: it never succeeded).",
-        )
-        for sid, age in sorted(self.seconds_since_success.items()):
-            if age is not None:
-                lines.append(
-                    f'cronwarden_schedule_seconds_since_last_success{{schedule_id="{_label(sid)}"}}'
-                    f" {_number(age)}"
-                )
-        family("cronwarden_schedules_watched", "gauge", "Unpaused schedules with a heartbeat row.")
-        lines.append(f"cronwarden_schedules_watched {len(self.seconds_since_success)}")
-        family("cronwarden_schedules_overdue", "gauge", "Schedules overdue at the last pass.")
-        lines.append(f"cronwarden_schedules_overdue {self.overdue}")
-        family("cronwarden_open_incidents", "gauge", "Open incidents at the last pass.")
-        lines.append(f"cronwarden_open_incidents {self.open_incidents}")
-        family(
-            "cronwarden_notifications_sent_total", "counter", "Notifications delivered, by sink."
-        )
-        for sink, n in sorted(self.sent.items()):
-            lines.append(f'cronwarden_notifications_sent_total{{sink="{_label(sink)}"}} {n}')
-        family(
-            "cronwarden_notifications_failed_total",
-            "counter",
-            "Delivery attempts that failed, by sink.",
-        )
-        for sink, n in sorted(self.failed.items()):
-            lines.append(f'cronwarden_notifications_failed_total{{sink="{_label(sink)}"}} {n}')
-        family(
-            "cronwarden_notifications_dead_lettered_total",
-            "counter",
-            "Notifications given up on (payload refused by the sink, or no monitor has the sink),"
-            " by sink.",
-        )
-        for sink, n in sorted(self.dead.items()):
-            lines.append(
-                f'cronwarden_notifications_dead_lettered_total{{sink="{_label(sink)}"}} {n}'
-            )
-        family(
-            "cronwarden_monitor_database_up", "gauge", "1 if the last pass reached the database."
-        )
-        lines.append(f"cronwarden_monitor_database_up {int(self.database_up)}")
-        if self.temporal_reachable is not None:
-            family(
-                "cronwarden_monitor_temporal_reachable",
-                "gauge",
-                "1 if Temporal answered the last check of the recorded pauses.",
-            )
-            lines.append(f"cronwarden_monitor_temporal_reachable {int(self.temporal_reachable)}")
-            family(
-                "cronwarden_monitor_pauses_unverified",
-                "gauge",
-                "Recorded pauses the last pass could not check against Temporal (a pause lifted"
-                " there stays silent meanwhile).",
-            )
-            lines.append(f"cronwarden_monitor_pauses_unverified {self.pauses_unverified}")
-        if self.last_pass_at is not None:
-            family(
-                "cronwarden_monitor_last_pass_timestamp_seconds",
-                "gauge",
-                "Unix time of the last pass that reached the database.",
-            )
-            lines.append(
-                f"cronwarden_monitor_last_pass_timestamp_seconds {_number(self.last_pass_at)}"
-            )
-        return "\n".join(lines) + "\n"
+        """The text exposition format, as /metrics serves it."""
+        return generate_latest(self.registry).decode()
 
     def healthy(self, *, max_age: float) -> bool:
         """A monitor is healthy while it completes passes that reach the database."""
         return self.last_pass_at is not None and time.time() - self.last_pass_at <= max_age
 
 
-async def serve(
-    metrics: Metrics, *, host: str | None, port: int, healthy: Callable[[], bool]
-) -> asyncio.Server:
-    """Start the HTTP endpoint; the caller closes the returned server. host=None binds every
-    interface (IPv4 and IPv6), as a pod's probes and Prometheus need. `healthy` decides
-    `/readyz` only."""
+class _MonitorCollector(Collector):
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request_line = await asyncio.wait_for(reader.readline(), timeout=5)
-            # Drain the headers; nothing in them matters to us.
-            while (await asyncio.wait_for(reader.readline(), timeout=5)) not in (
-                b"\r\n",
-                b"\n",
-                b"",
-            ):
-                pass
-            parts = request_line.decode("latin-1").split()
-            path = parts[1].split("?", 1)[0] if len(parts) >= 2 else ""
-            if path == "/metrics":
-                status, body, ctype = "200 OK", metrics.render(), "text/plain; version=0.0.4"
-            elif path == "/healthz":
-                status, body, ctype = "200 OK", "ok\n", "text/plain"
-            elif path == "/readyz":
-                ok = healthy()
-                status = "200 OK" if ok else "503 Service Unavailable"
-                body, ctype = (
-                    ("ok\n" if ok else "no recent pass reached the database\n"),
-                    "text/plain",
-                )
-            else:
-                status, body, ctype = "404 Not Found", "not found\n", "text/plain"
-            data = body.encode()
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\n"
-                "Connection: close\r\n\r\n".encode()
-                + data
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        ages = GaugeMetricFamily(
+            "cronwarden_schedule_seconds_since_last_success",
+            "Seconds since the schedule's last committed run (absent: it never succeeded).",
+            labels=["schedule_id"],
+        )
+        for sid, age in sorted(m.seconds_since_success.items()):
+            if age is not None:
+                ages.add_metric([sid], age)
+        yield ages
+        yield GaugeMetricFamily(
+            "cronwarden_schedules_watched",
+            "Unpaused schedules with a heartbeat row.",
+            value=len(m.seconds_since_success),
+        )
+        yield GaugeMetricFamily(
+            "cronwarden_schedules_overdue", "Schedules overdue at the last pass.", value=m.overdue
+        )
+        yield GaugeMetricFamily(
+            "cronwarden_open_incidents", "Open incidents at the last pass.", value=m.open_incidents
+        )
+        for name, help_text, counts in (
+            ("cronwarden_notifications_sent", "Notifications delivered, by sink.", m.sent),
+            (
+                "cronwarden_notifications_failed",
+                "Delivery attempts that failed, by sink.",
+                m.failed,
+            ),
+            (
+                "cronwarden_notifications_dead_lettered",
+                "Notifications given up on (payload refused by the sink, or no monitor has the "
+                "sink), by sink.",
+                m.dead,
+            ),
+        ):
+            family = CounterMetricFamily(name, help_text, labels=["sink"])
+            for sink, n in sorted(counts.items()):
+                family.add_metric([sink], n)
+            yield family
+        yield GaugeMetricFamily(
+            "cronwarden_monitor_database_up",
+            "1 if the last pass reached the database.",
+            value=int(m.database_up),
+        )
+        if m.temporal_reachable is not None:
+            yield GaugeMetricFamily(
+                "cronwarden_monitor_temporal_reachable",
+                "1 if Temporal answered the last check of the recorded pauses.",
+                value=int(m.temporal_reachable),
             )
-            await writer.drain()
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-
-    server = await asyncio.start_server(handle, host, port)
-    log.info("monitor.metrics-serving", host=host, port=port)
-    return server
+            yield GaugeMetricFamily(
+                "cronwarden_monitor_pauses_unverified",
+                "Recorded pauses the last pass could not check against Temporal (a pause lifted "
+                "there stays silent meanwhile).",
+                value=m.pauses_unverified,
+            )
+        if m.last_pass_at is not None:
+            yield GaugeMetricFamily(
+                "cronwarden_monitor_last_pass_timestamp_seconds",
+                "Unix time of the last pass that reached the database.",
+                value=m.last_pass_at,
+            )

@@ -50,7 +50,8 @@ from cronwarden.times import utc_text_or_none
 log = get_logger("cronwarden.monitor")
 
 DEFAULT_INTERVAL = 15.0
-_DB_ERRORS: tuple[type[BaseException], ...] = (
+# What a pass (and the status page) takes for "cannot use the database", never for a bug.
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
     # A connection the server closed under us can surface as a protocol-state error.
@@ -159,13 +160,13 @@ class Monitor:
         """One pass that never raises an expected failure: returns the database error, if any."""
         try:
             await self.run_pass()
-        except _DB_ERRORS:
+        except DATABASE_ERRORS:
             # Pooled connections broken by a database restart fail once: drop them all and
             # retry at once on fresh ones (a pass is safe to repeat), so that blip never pages.
             self._drop_pool()
             try:
                 await self.run_pass()
-            except _DB_ERRORS as exc:
+            except DATABASE_ERRORS as exc:
                 await self._database_unreachable(exc)
                 return exc
         return None

@@ -76,7 +76,9 @@ class PauseCheck:
         """Recorded pauses of the last pass that could not be checked against Temporal."""
         self._warned_at: float | None = None
 
-    async def _client_or_none(self) -> Client | None:
+    async def client_or_none(self) -> Client | None:
+        """The Temporal client, connected on first use; None while Temporal is unreachable
+        (after a failed connect, no new try for `reconnect_every`). The status page shares it."""
         if self._client is not None:
             return self._client
         if time.monotonic() < self._next_connect:
@@ -135,7 +137,7 @@ class PauseCheck:
         self.unverified = []
         if not rows:
             return []
-        client = await self._client_or_none()
+        client = await self.client_or_none()
         if client is None:
             self.unverified = sorted(str(r["schedule_id"]) for r in rows)
             return []

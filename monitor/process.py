@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import signal
 
 from cronwarden.config import Settings
-from cronwarden.errors import CronwardenError, PortInUse, Unreachable
+from cronwarden.errors import Unreachable
 from cronwarden.logs import get_logger
-from cronwarden.monitor.metrics import serve
+from cronwarden.monitor.http import monitor_app, serve_monitor
+from cronwarden.monitor.page import PageAccess, StatusPage, TemporalLinks
 from cronwarden.monitor.passes import DEFAULT_INTERVAL, Monitor, options_from_settings
 from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.monitor.sinks import Sink
@@ -61,27 +61,49 @@ async def run_monitor(
         pauses=PauseCheck(lambda: connect_temporal(settings)),
     )
     stop = stop or asyncio.Event()
-    server = None
-    if metrics_port is not None:
-        try:
-            server = await serve(
+    page = status_page(settings, monitor) if metrics_port is not None else None
+    async with contextlib.AsyncExitStack() as serving:
+        if page is not None:
+            serving.push_async_callback(page.close)
+        if metrics_port is not None:
+            app = monitor_app(
                 monitor.metrics,
-                host=metrics_host,
-                port=metrics_port,
                 healthy=lambda: monitor.metrics.healthy(
                     max_age=3 * interval + monitor.options.database_timeout
                 ),
+                page=page,
             )
-        except OSError as exc:
-            where = f"{metrics_host or 'every interface'} port {metrics_port}"
-            if exc.errno == errno.EADDRINUSE:
-                raise PortInUse(
-                    f"cannot serve metrics on {where}: another process uses that port "
-                    "(pick another with --metrics-port)"
-                ) from None
-            raise CronwardenError(
-                f"cannot serve metrics on {where}: {exc.strerror or type(exc).__name__}"
-            ) from None
+            await serving.enter_async_context(
+                serve_monitor(app, host=metrics_host, port=metrics_port)
+            )
+        await _watch(
+            monitor, once=once, interval=interval, stop=stop, handle_signals=handle_signals
+        )
+
+
+def status_page(settings: Settings, monitor: Monitor) -> StatusPage | None:
+    """The page the monitor's HTTP port serves, sharing the monitor's Temporal connection."""
+    if settings.status_page == "off" or monitor.pauses is None:
+        return None
+    token = settings.status_page_token
+    return StatusPage(
+        settings.dsn,
+        monitor.pauses.client_or_none,
+        access=PageAccess(
+            who=settings.status_page, token=token.get_secret_value() if token else None
+        ),
+        links=(
+            TemporalLinks(settings.temporal_ui_url, settings.namespace)
+            if settings.temporal_ui_url
+            else None
+        ),
+        database_timeout=settings.monitor_database_timeout_seconds,
+    )
+
+
+async def _watch(
+    monitor: Monitor, *, once: bool, interval: float, stop: asyncio.Event, handle_signals: bool
+) -> None:
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
     if handle_signals:
@@ -115,8 +137,5 @@ async def run_monitor(
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
-        if server is not None:
-            server.close()
-            await server.wait_closed()
         await monitor.close()
         log.info("monitor.stopped", monitor_id=monitor.identity)

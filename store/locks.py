@@ -251,3 +251,19 @@ async def release(conn: Any, *, name: str, token: int) -> bool:
     # Matching on the token makes a late release by a fenced-off holder a no-op.
     status: str = await conn.execute(_RELEASE, name, token)
     return status == "UPDATE 1"
+
+
+# Leases held now, by the schedules they run for: what the status page shows as running. A
+# shared lock names its holder's schedule in `schedule_id`, so the lock's name does not matter.
+_HELD_KEYS = """
+SELECT schedule_id, logical_key FROM cronwarden.locks
+ WHERE schedule_id = ANY($1::text[]) AND holder IS NOT NULL AND expires_at > now()
+   AND logical_key IS NOT NULL
+"""
+
+
+async def held_keys(conn: Any, schedule_ids: list[str]) -> list[tuple[str, str]]:
+    """(schedule id, logical key) of every unexpired lease held for one of `schedule_ids`."""
+    return [
+        (r["schedule_id"], r["logical_key"]) for r in await conn.fetch(_HELD_KEYS, schedule_ids)
+    ]

@@ -73,3 +73,27 @@ async def done_in_window(conn: Any, schedule_id: str, start: datetime, end: date
     """Outbox records of the schedule with `start <= fire_time <= end`, whatever produced them."""
     value: int = await conn.fetchval(_DONE_IN_WINDOW, schedule_id, start, end)
     return value
+
+
+# The status page's timelines: each schedule's newest records from its own start time on, one
+# index range scan per schedule (outbox_schedule_fire_time), all schedules in one round trip.
+_RECENT = """
+SELECT o.schedule_id, o.fire_time, o.committed_at, o.worker, o.attempt, o.workflow_id, o.run_id
+  FROM unnest($1::text[], $2::timestamptz[]) AS w(schedule_id, since)
+ CROSS JOIN LATERAL (
+       SELECT * FROM cronwarden.outbox o
+        WHERE o.schedule_id = w.schedule_id AND o.fire_time >= w.since AND o.fire_time <= $4
+        ORDER BY o.fire_time DESC
+        LIMIT $3) o
+"""
+
+
+async def recent(
+    conn: Any, since: dict[str, datetime], *, until: datetime, limit: int
+) -> list[dict[str, Any]]:
+    """Per schedule id in `since`, its newest `limit` records with `since[id] <= fire_time <=
+    until` (pass `datetime.min` in UTC for no lower bound)."""
+    if not since:
+        return []
+    ids, starts = zip(*since.items(), strict=True)
+    return [dict(r) for r in await conn.fetch(_RECENT, list(ids), list(starts), limit, until)]

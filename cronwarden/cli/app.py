@@ -140,6 +140,9 @@ def dev(
     temporal_port: Annotated[int, typer.Option(help="Temporal frontend (gRPC) port.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal Web UI port.")] = 8233,
     postgres_port: Annotated[int, typer.Option(help="Postgres port.")] = 55432,
+    status_port: Annotated[
+        int, typer.Option(help="The status page (and the monitor's /metrics), on 127.0.0.1.")
+    ] = 8234,
     schedules_file: Annotated[
         Path, typer.Option("--schedules", help="Schedule file applied at start.")
     ] = Path("examples/schedules.yaml"),
@@ -152,6 +155,7 @@ def dev(
         ("--temporal-port", temporal_port),
         ("--ui-port", ui_port),
         ("--postgres-port", postgres_port),
+        ("--status-port", status_port),
     ):
         if not 1 <= port <= 65535:
             raise typer.BadParameter(f"{port} is not a TCP port", param_hint=name)
@@ -160,6 +164,7 @@ def dev(
         temporal_port=temporal_port,
         ui_port=ui_port,
         postgres_port=postgres_port,
+        status_port=status_port,
         schedules_file=schedules_file,
         jobs=jobs,
     )

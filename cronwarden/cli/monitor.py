@@ -22,11 +22,15 @@ def monitor_command(
     ] = 15.0,
     metrics_port: Annotated[
         int | None,
-        typer.Option(min=1, max=65535, help="Serve /metrics and /healthz on this port."),
+        typer.Option(
+            min=1,
+            max=65535,
+            help="Serve /metrics, /healthz, /readyz and the status page (/) on this port.",
+        ),
     ] = None,
     metrics_host: Annotated[
         str | None,
-        typer.Option(help="Address the metrics endpoint binds. Default: every interface."),
+        typer.Option(help="Address the port binds. Default: every interface."),
     ] = None,
 ) -> None:
     """Page for schedules that did not run (or run too long). Reads Postgres only."""

@@ -20,6 +20,7 @@ import pytest
 from cronwarden.embedded import free_port
 from cronwarden.embedded.processes import cmdline
 from tests.support.cli import cronwarden_argv
+from tests.support.http_probe import http_get_text
 from tests.support.paths import REPO_ROOT
 from tests.support.waiting import wait_for
 
@@ -28,7 +29,12 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def ports() -> dict[str, int]:
-    return {"temporal": free_port(), "ui": free_port(), "postgres": free_port()}
+    return {
+        "temporal": free_port(),
+        "ui": free_port(),
+        "postgres": free_port(),
+        "status": free_port(),
+    }
 
 
 def dev_argv(state: Path, ports: dict[str, int]) -> list[str]:
@@ -43,6 +49,8 @@ def dev_argv(state: Path, ports: dict[str, int]) -> list[str]:
         str(ports["ui"]),
         "--postgres-port",
         str(ports["postgres"]),
+        "--status-port",
+        str(ports["status"]),
     )
 
 
@@ -122,6 +130,15 @@ async def test_dev_runs_the_demo_stops_on_ctrl_c_and_resumes_with_its_state(
     # The monitor runs beside the worker and records its passes in the same database.
     await wait_for(lambda: monitor_passes(dsn), timeout=30, what="a monitor pass")
     assert f"http://127.0.0.1:{ports['ui']}" in first_log.read_text()
+    # The status page the banner points at shows the demo's schedules with their timelines.
+    assert f"Status page   http://127.0.0.1:{ports['status']}/" in first_log.read_text()
+
+    async def demo_timeline() -> str | None:
+        status, html = await http_get_text(ports["status"], "/")
+        return html if status == 200 and 'data-state="committed"' in html else None
+
+    page = await wait_for(demo_timeline, timeout=60, what="a committed slot on the status page")
+    assert page is not None and 'data-schedule="demo-interest"' in page
     # The banner's hint works exactly as printed, in a fresh shell elsewhere whose PATH does
     # not hold the virtualenv.
     hint = next(li for li in first_log.read_text().splitlines() if "second shell" in li)

@@ -795,7 +795,7 @@ async def test_metrics_and_healthz_are_served_over_http(
 
     async def scraped() -> str:
         status, text = await asyncio.to_thread(get, "/metrics")
-        if status == 200 and 'cronwarden_notifications_sent_total{sink="webhook"} 1' in text:
+        if status == 200 and 'cronwarden_notifications_sent_total{sink="webhook"} 1.0' in text:
             return text
         return ""
 
@@ -805,9 +805,9 @@ async def test_metrics_and_healthz_are_served_over_http(
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=30)
-    assert "cronwarden_schedules_overdue 1\n" in text
-    assert "cronwarden_open_incidents 1\n" in text
-    assert "cronwarden_monitor_database_up 1\n" in text
+    assert "cronwarden_schedules_overdue 1.0\n" in text
+    assert "cronwarden_open_incidents 1.0\n" in text
+    assert "cronwarden_monitor_database_up 1.0\n" in text
     assert f'cronwarden_schedule_seconds_since_last_success{{schedule_id="{schedule_id}"}}' in text
 
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from cronwarden.monitor.messages import (
@@ -136,16 +137,32 @@ def test_metrics_render_in_the_prometheus_text_format() -> None:
     )
     metrics.notification_sent("webhook")
     metrics.notification_failed("slack")
-    text = metrics.render()
-    assert 'cronwarden_schedule_seconds_since_last_success{schedule_id="a"} 12.5' in text
-    assert 'cronwarden_schedule_seconds_since_last_success{schedule_id="we\\"ird"} 3.0' in text
-    assert 'schedule_id="never"' not in text
-    assert "cronwarden_schedules_overdue 2\n" in text
-    assert "cronwarden_open_incidents 1\n" in text
-    assert 'cronwarden_notifications_sent_total{sink="webhook"} 1\n' in text
-    assert 'cronwarden_notifications_failed_total{sink="slack"} 1\n' in text
-    assert "# TYPE cronwarden_notifications_sent_total counter" in text
-    assert text.endswith("\n")
+    families = {f.name: f for f in text_string_to_metric_families(metrics.render())}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in families.values()
+        for s in f.samples
+    }
+    ages = "cronwarden_schedule_seconds_since_last_success"
+    assert samples[(ages, (("schedule_id", "a"),))] == 12.5
+    assert samples[(ages, (("schedule_id", 'we"ird'),))] == 3.0
+    assert not any(labels == (("schedule_id", "never"),) for _, labels in samples)
+    assert samples[("cronwarden_schedules_watched", ())] == 3
+    assert samples[("cronwarden_schedules_overdue", ())] == 2
+    assert samples[("cronwarden_open_incidents", ())] == 1
+    assert samples[("cronwarden_notifications_sent_total", (("sink", "webhook"),))] == 1
+    assert samples[("cronwarden_notifications_failed_total", (("sink", "slack"),))] == 1
+    assert samples[("cronwarden_monitor_last_pass_timestamp_seconds", ())] == 1_700_000_000.0
+    assert families["cronwarden_notifications_sent"].type == "counter"
+    # No pause check configured: Temporal's reachability is not reported at all.
+    assert "cronwarden_monitor_temporal_reachable" not in families
+
+
+def test_two_monitors_in_one_process_report_their_own_numbers() -> None:
+    first, second = Metrics(), Metrics()
+    first.notification_sent("webhook")
+    assert 'cronwarden_notifications_sent_total{sink="webhook"}' in first.render()
+    assert "cronwarden_notifications_sent_total{" not in second.render()
 
 
 def test_healthz_fails_once_no_pass_reached_the_database_for_too_long() -> None:
