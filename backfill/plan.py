@@ -249,35 +249,48 @@ async def plan_on(client: Client, conn: Any, schedule_id: str, window: Window) -
     the live schedule answers for its own definition, a paused scratch copy for an older one.
     """
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
+    async for page in expected_pages(client, conn, schedule_id, window):
+        missing = await outbox.missing_fire_times(conn, schedule_id, page)
+        result.expected += len(page)
+        result.done += len(page) - len(missing)
+        result.missing.extend(missing)
+    return result
+
+
+async def expected_pages(
+    client: Client, conn: Any, schedule_id: str, window: Window
+) -> AsyncGenerator[list[int], None]:
+    """The nominal fire times (epoch seconds, ascending, in pages) the schedule should have
+    produced in `window`, each part judged by the definition in force then.
+
+    The live schedule answers for its own definition unless that definition has jitter: Temporal
+    answers jittered times, which name no logical key (a replay of one would apply the job a
+    second time under another key), so a scratch copy without jitter answers instead.
+    """
     history = [Applied(*row) for row in await definitions.history(conn, schedule_id)]
     live = history[-1] if history else None
     for segment in segments(history, window):
         applied = segment.applied
-        if applied is None or applied is live:
-            await _subtract(client, conn, schedule_id, schedule_id, segment.window, result)
+        if applied is None or (applied is live and applied.rebuilt().jitter is None):
+            async for page in _prefetched(matching_times(client, schedule_id, segment.window)):
+                yield page
             continue
         async with scratch_schedule(
             client, applied.rebuilt(), task_queue=applied.task_queue
         ) as scratch_id:
-            await _subtract(client, conn, schedule_id, scratch_id, segment.window, result)
-    return result
+            async for page in _prefetched(matching_times(client, scratch_id, segment.window)):
+                yield page
 
 
-async def _subtract(
-    client: Client, conn: Any, schedule_id: str, source_id: str, window: Window, result: Plan
-) -> None:
-    """Add the window's expected times (as `source_id` evaluates them) to `result`."""
-    pages = matching_times(client, source_id, window)
-    # The next page is fetched from Temporal while Postgres subtracts the current one: the two
-    # round trips overlap, and at most two pages are held at once.
+async def _prefetched(pages: AsyncGenerator[list[int], None]) -> AsyncGenerator[list[int], None]:
+    """`pages`, with the next one fetched from Temporal while the caller works on the current
+    one (the plan subtracts it in Postgres): the two round trips overlap, and at most two pages
+    are held at once."""
     upcoming = asyncio.ensure_future(anext(pages, None))
     try:
         while (page := await upcoming) is not None:
             upcoming = asyncio.ensure_future(anext(pages, None))
-            missing = await outbox.missing_fire_times(conn, schedule_id, page)
-            result.expected += len(page)
-            result.done += len(page) - len(missing)
-            result.missing.extend(missing)
+            yield page
     finally:
         if not upcoming.done():
             upcoming.cancel()

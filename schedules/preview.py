@@ -35,9 +35,13 @@ log = get_logger("cronwarden.schedules")
 async def scratch_schedule(
     client: Client, defn: ScheduleDefinition, *, task_queue: str
 ) -> AsyncIterator[str]:
-    """A paused copy of `defn` under an id of its own, deleted on leaving; yields its id."""
+    """A paused copy of `defn` under an id of its own, deleted on leaving; yields its id.
+
+    The copy has no jitter: Temporal's matching times (and next action times) are the jittered
+    ones, seeded per schedule, while logical keys name the nominal slot. Without jitter the copy
+    answers exactly the slots the keys are built from."""
     scratch_id = f"{PREVIEW_PREFIX}{uuid.uuid4().hex}"
-    schedule = to_temporal(defn, task_queue=task_queue)
+    schedule = to_temporal(defn.model_copy(update={"jitter": None}), task_queue=task_queue)
     assert isinstance(schedule.action, ScheduleActionStartWorkflow)
     # Paused and under an id of its own: even a copy that outlived its delete could not start
     # a run, let alone one whose workflow id collides with the real schedule's.

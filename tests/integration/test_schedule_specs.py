@@ -109,9 +109,29 @@ async def test_under_jitter_the_id_and_the_key_carry_the_nominal_time_and_the_ru
 
     try:
         await wait_for(a_jittered_run, timeout=90, what="a run started a second after its slot")
-        recent = (await handle.describe()).info.recent_actions
+        described = await handle.describe()
+        recent = described.info.recent_actions
+        # The plan a backfill replays from names the same nominal slots: every committed run is
+        # done, and nothing off the 10 s grid is expected (a jittered time would be a key of its
+        # own, and its replay a second application of the job).
+        last = max(r["fire_time"] for r in seen.values())
+        window = Window(described.info.created_at, last).clamped_to(described.info.created_at)
+        planned = await plan_window(client, pool, schedule_id, window)
+        committed_in_window = await pool.fetchval(
+            "SELECT count(*) FROM cronwarden.outbox WHERE schedule_id = $1 AND fire_time <= $2",
+            schedule_id,
+            last,
+        )
     finally:
         await handle.delete()
+    grid = range(
+        int(window.start.timestamp()) + (-int(window.start.timestamp())) % 10,
+        int(last.timestamp()) + 1,
+        10,
+    )
+    assert planned.expected == len(grid)
+    assert planned.done == committed_in_window >= len(seen)
+    assert all(t.timestamp() % 10 == 0 for t in planned.missing_times())
 
     for workflow_id, run in seen.items():
         nominal: datetime = run["fire_time"]

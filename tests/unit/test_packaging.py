@@ -64,6 +64,9 @@ def test_the_lifecycle_folders_are_installed_under_cronwarden(wheel: zipfile.Zip
     assert migrations, "no migration found in the checkout"
     assert {f"cronwarden/store/migrations/{m}" for m in migrations} <= names
     assert "cronwarden/examples/schedules.yaml" in names
+    # The status page renders from templates shipped as package data.
+    templates = sorted(p.name for p in (REPO_ROOT / "monitor" / "templates").glob("*.html"))
+    assert templates and {f"cronwarden/monitor/templates/{t}" for t in templates} <= names
     assert not [n for n in names if n.startswith(("tests/", "bench/", "cronwarden/tests/"))]
 
 
