@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import asyncpg
-from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
+from temporalio.client import Client, ScheduleActionExecutionStartWorkflow, ScheduleDescription
 from temporalio.common import SearchAttributeKey
 
 from cronwarden.activities.contract import fire_time_of_key, logical_key
@@ -128,17 +128,24 @@ async def audit(
 
 
 async def running_fire_times(client: Client, schedule: ManagedSchedule) -> set[datetime]:
+    """Fire times of the schedule's runs executing now (see `running_fire_times_of`)."""
+    return await running_fire_times_of(client, schedule.schedule_id, schedule.description)
+
+
+async def running_fire_times_of(
+    client: Client, schedule_id: str, description: ScheduleDescription
+) -> set[datetime]:
     """Fire times of the schedule's runs executing now: scheduled fires (describe's running
-    actions, exact) and replays (visibility, which may lag a second or two behind a start).
+    actions, exact, and visibility for those an `allow_all` schedule does not track) and replays
+    (visibility, which may lag a second or two behind a start).
 
     A replay's id cannot be a scheduled run's (schedules/run_ids.py); still, Temporal tags every
     scheduled run with `TemporalScheduledById`, so a listed run counts as a replay of this
     schedule only without that tag, and as its scheduled run only with this schedule's id in it.
     """
-    schedule_id = schedule.schedule_id
     times = {
         t
-        for action in schedule.description.info.running_actions
+        for action in description.info.running_actions
         if isinstance(action, ScheduleActionExecutionStartWorkflow)
         and (t := scheduled_fire_time(schedule_id, action.workflow_id)) is not None
     }

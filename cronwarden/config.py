@@ -212,6 +212,11 @@ class Settings(BaseSettings):
             dsn_url(self.database_url.get_secret_value())
         except ValueError as exc:
             raise ValueError(f"CRONWARDEN_DATABASE_URL {exc}") from None
+        if self.status_page_token is not None and not self.status_page_token.get_secret_value():
+            # An empty token file must not read as "no token wanted": it would open the page.
+            raise ValueError(
+                "CRONWARDEN_STATUS_PAGE_TOKEN is empty: set a token, or unset it for none"
+            )
         if self.payload_codec is not None:
             module, _, attr = self.payload_codec.partition(":")
             if not module.strip() or not attr.strip():

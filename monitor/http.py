@@ -57,6 +57,7 @@ async def _not_cached(
     # Every answer is the state of one moment: a proxy must not serve it again later. One
     # request per connection, as probers and scrapers make them.
     response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
     response.force_close()
     return response
 

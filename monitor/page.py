@@ -133,7 +133,7 @@ class StatusPage:
 
     def _allowed(self, request: web.Request) -> web.Response | None:
         """None when the request may read the page, else the refusal to answer with."""
-        if self._access.who == "local" and not _from_loopback(request):
+        if self._access.who == "local" and not _local(request):
             return web.Response(
                 status=403,
                 text="the status page answers local clients only "
@@ -154,23 +154,27 @@ class StatusPage:
 
     async def _read(self, only: str | None = None) -> StatusView | web.Response:
         """The view, or a 503 naming the database failure (never a traceback page)."""
+        pool: asyncpg.Pool | None = None
         try:
-            async with asyncio.timeout(self._database_timeout):
-                async with self._pool_lock:
-                    if self._pool is None:
-                        self._pool = await create_pool(
-                            self._dsn,
-                            min_size=0,
-                            max_size=2,
-                            command_timeout=self._database_timeout,
-                        )
-                return await read_status(self._pool, self._temporal, limits=self._limits, only=only)
+            async with self._pool_lock:
+                if self._pool is None:
+                    self._pool = await create_pool(
+                        self._dsn, min_size=0, max_size=2, command_timeout=self._database_timeout
+                    )
+                pool = self._pool
+            # Every statement is bounded by the command timeout and Temporal by the page's own
+            # deadline; this bounds the wait for one of the pool's two connections.
+            async with asyncio.timeout(self._database_timeout + self._limits.temporal_timeout):
+                return await read_status(pool, self._temporal, limits=self._limits, only=only)
         except DATABASE_ERRORS as exc:
             log.warning("monitor.status-page-database-failed", error=f"{type(exc).__name__}: {exc}")
-            if self._pool is not None:
-                # Connections a restart broke fail once: the next request starts afresh.
-                self._pool.terminate()
-                self._pool = None
+            if pool is not None and not isinstance(exc, TimeoutError):
+                # Connections a database restart broke fail once: the next request starts
+                # afresh. Only the pool this request used (another may have replaced it), and
+                # never after a wait on a busy pool, which says nothing of its connections.
+                if self._pool is pool:
+                    self._pool = None
+                pool.terminate()
             return web.Response(
                 status=503, text=f"cannot read the database ({type(exc).__name__})\n"
             )
@@ -217,6 +221,30 @@ class StatusPage:
 
     def _slot_link(self, schedule_id: str, slot: timeline.Slot) -> str | None:
         return self._links.slot(schedule_id, slot) if self._links else None
+
+
+# A browser on this host names the page by one of these; anything else reached it some other
+# way: a rebinding DNS name, or a proxy on the loopback interface (a service mesh's sidecar
+# delivers the pod's inbound traffic from 127.0.0.6) passing on a client from elsewhere.
+_LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
+_PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
+
+
+def _local(request: web.Request) -> bool:
+    """A client on this host, talking to it directly."""
+    return (
+        _from_loopback(request)
+        and _host_name(request.host or "") in _LOCAL_HOSTS
+        and not any(h in request.headers for h in _PROXY_HEADERS)
+    )
+
+
+def _host_name(host: str) -> str:
+    """The Host header without its port: `[::1]:8234` is `[::1]`, `localhost:8234` `localhost`."""
+    host = host.lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.partition(":")[0]
 
 
 def _from_loopback(request: web.Request) -> bool:

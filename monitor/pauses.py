@@ -67,6 +67,9 @@ class PauseCheck:
         self.policy = policy or PauseCheckPolicy()
         self._client: Client | None = None
         self._next_connect = 0.0
+        # One connect at a time: a pass and page loads that ask together share its outcome
+        # instead of each opening (and leaking) a client of its own.
+        self._connecting = asyncio.Lock()
         self._reachable = True
         self._after = ""
         """The last schedule id looked up: the next pass goes on from there."""
@@ -79,18 +82,22 @@ class PauseCheck:
     async def client_or_none(self) -> Client | None:
         """The Temporal client, connected on first use; None while Temporal is unreachable
         (after a failed connect, no new try for `reconnect_every`). The status page shares it."""
-        if self._client is not None:
-            return self._client
-        if time.monotonic() < self._next_connect:
-            return None
-        try:
-            async with asyncio.timeout(self.policy.timeout):
-                self._client = await self._connect()
-        except Exception as exc:
+        async with self._connecting:
+            if self._client is not None:
+                return self._client
+            if time.monotonic() < self._next_connect:
+                return None
+            # Set before trying: a caller cancelled mid-connect (a page's own deadline) still
+            # leaves the back-off in place, so nobody waits on a black-holed Temporal again at once.
             self._next_connect = time.monotonic() + self.policy.reconnect_every
-            self._unreachable(exc)
-            return None
-        return self._client
+            try:
+                async with asyncio.timeout(self.policy.timeout):
+                    self._client = await self._connect()
+            except Exception as exc:
+                self._unreachable(exc)
+                return None
+            self._next_connect = 0.0
+            return self._client
 
     def _unreachable(self, exc: BaseException) -> None:
         if self._reachable:

@@ -86,6 +86,12 @@ def status_page(settings: Settings, monitor: Monitor) -> StatusPage | None:
     if settings.status_page == "off" or monitor.pauses is None:
         return None
     token = settings.status_page_token
+    if settings.status_page == "any" and token is None:
+        log.warning(
+            "monitor.status-page-open",
+            note="CRONWARDEN_STATUS_PAGE=any without CRONWARDEN_STATUS_PAGE_TOKEN: anyone who "
+            "reaches the port reads the page",
+        )
     return StatusPage(
         settings.dsn,
         monitor.pauses.client_or_none,

@@ -17,17 +17,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
-from temporalio.client import Client, ScheduleActionExecutionStartWorkflow
+from temporalio.client import Client
 
 from cronwarden.activities.contract import fire_time_of_key
-from cronwarden.backfill.plan import matching_times
+from cronwarden.backfill.audit import running_fire_times_of
+from cronwarden.backfill.plan import expected_pages
 from cronwarden.backfill.window import Window
 from cronwarden.logs import get_logger
 from cronwarden.monitor import timeline
 from cronwarden.schedules.bounded import try_bounded
 from cronwarden.schedules.health import LATE, OK, OVERDUE, PAUSED, RUNNING, derive_health
 from cronwarden.schedules.inventory import describe_or_none
-from cronwarden.schedules.run_ids import REPLAY_INFIX, scheduled_fire_time
+from cronwarden.schedules.run_ids import REPLAY_INFIX
 from cronwarden.store import heartbeats, incidents, locks, outbox
 
 log = get_logger("cronwarden.monitor")
@@ -88,6 +89,7 @@ TemporalClient = Callable[[], Awaitable[Client | None]]
 class _Grid:
     expected: list[datetime] | None
     running: set[datetime]
+    buffered: int = 0
     note: str | None = None
 
 
@@ -120,7 +122,7 @@ async def read_status(
     if shown:
         slot_count = limits.slots if only is None else limits.detail_slots
         grids, view.temporal_error = await _grids(
-            temporal, shown, now=now, limits=limits, n=slot_count
+            temporal, pool, shown, now=now, limits=limits, n=slot_count
         )
         await _fill_timelines(pool, shown, beats, grids, now=now, n=slot_count)
     return view
@@ -155,31 +157,34 @@ def _status(
 
 async def _grids(
     temporal: TemporalClient,
+    pool: asyncpg.Pool,
     shown: Sequence[ScheduleStatus],
     *,
     now: datetime,
     limits: PageLimits,
     n: int,
 ) -> tuple[dict[str, _Grid], str | None]:
-    """Each shown schedule's expected fire times and running fires, from Temporal; empty, with
-    the reason, when Temporal cannot be asked in time."""
-    try:
-        async with asyncio.timeout(limits.temporal_timeout):
-            client = await temporal()
-            if client is None:
-                return {}, "Temporal is unreachable"
-            outcomes = await try_bounded(
-                lambda s: _grid(client, s.schedule_id, now=now, n=n),
-                list(shown),
-                limit=limits.temporal_concurrency,
-            )
-    except TimeoutError:
-        return {}, f"Temporal did not answer within {limits.temporal_timeout:g}s"
+    """Each shown schedule's expected fire times and running fires, from Temporal, all within
+    one deadline: a schedule that is not done by then has no grid (its timeline shows what
+    Postgres knows), and the others keep theirs. Empty, with the reason, when Temporal cannot
+    be reached (the client's own connect timeout and back-off apply)."""
+    client = await temporal()
+    if client is None:
+        return {}, "Temporal is unreachable"
+    deadline = asyncio.get_running_loop().time() + limits.temporal_timeout
+
+    async def one(status: ScheduleStatus) -> _Grid:
+        async with asyncio.timeout_at(deadline):
+            return await _grid(client, pool, status.schedule_id, now=now, n=n)
+
+    outcomes = await try_bounded(one, list(shown), limit=limits.temporal_concurrency)
     grids = {}
     error = None
     for status, outcome in zip(shown, outcomes, strict=True):
         if outcome.value is not None:
             grids[status.schedule_id] = outcome.value
+        elif isinstance(outcome.error, TimeoutError) or not outcome.started:
+            error = f"Temporal did not answer within {limits.temporal_timeout:g}s"
         elif outcome.error is not None:
             error = f"Temporal failed: {type(outcome.error).__name__}"
             log.warning(
@@ -190,32 +195,45 @@ async def _grids(
     return grids, error
 
 
-async def _grid(client: Client, schedule_id: str, *, now: datetime, n: int) -> _Grid:
+async def _grid(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, *, now: datetime, n: int
+) -> _Grid:
     desc = await describe_or_none(client, schedule_id)
     if desc is None:
         return _Grid(expected=None, running=set(), note="the schedule is not in Temporal")
     info = desc.info
-    running = {
-        t
-        for action in info.running_actions
-        if isinstance(action, ScheduleActionExecutionStartWorkflow)
-        and (t := scheduled_fire_time(schedule_id, action.workflow_id)) is not None
-    }
-    window = Window(now - _lookback(info.next_action_times, n), now).clamped_to(info.created_at)
+    running = await running_fire_times_of(client, schedule_id, desc)
     expected: list[datetime] = []
-    async for page in matching_times(client, schedule_id, window):
-        expected.extend(datetime.fromtimestamp(s, UTC) for s in page)
-        del expected[:-n]
-    return _Grid(expected=expected, running=running)
+    # The spec's rhythm ahead is its rhythm behind, near enough to size a first look back; a
+    # spec with gaps (weekdays only) needs longer looks, each 4 times the last, until `n` slots
+    # are found or the schedule's creation is reached.
+    lookback = _first_lookback(info.next_action_times, n)
+    async with pool.acquire() as conn:
+        while True:
+            window = Window(now - lookback, now).clamped_to(info.created_at)
+            # The same evaluation `backfill plan` makes: each part of the window by the
+            # definition in force then, nominal slots under jitter. Only the last `n` are kept.
+            expected = []
+            async for page in expected_pages(client, conn, schedule_id, window):
+                expected.extend(datetime.fromtimestamp(s, UTC) for s in page)
+                del expected[:-n]
+            if len(expected) >= n or window.start > now - lookback or lookback >= _MAX_LOOKBACK:
+                break
+            lookback = min(lookback * 4, _MAX_LOOKBACK)
+    return _Grid(
+        expected=expected, running=running, buffered=int(desc.raw_description.info.buffer_size)
+    )
 
 
-def _lookback(next_times: Sequence[datetime], n: int) -> timedelta:
-    """How far back `n` slots reach, judged by the widest gap among the next fire times (a
-    spec's rhythm ahead is its rhythm behind, near enough for a view); a day a slot when
-    Temporal lists fewer than two, at most a year."""
-    gaps = [b - a for a, b in itertools.pairwise(next_times)]
-    step = max(gaps) if gaps else timedelta(days=1)
-    return min(step * (n + 1), timedelta(days=366))
+_MAX_LOOKBACK = timedelta(days=366)
+
+
+def _first_lookback(next_times: Sequence[datetime], n: int) -> timedelta:
+    """`n` slots back at the tightest gap among the next fire times (a day a slot when Temporal
+    lists fewer than two)."""
+    gaps = [b - a for a, b in itertools.pairwise(next_times) if b > a]
+    step = min(gaps) if gaps else timedelta(days=1)
+    return min(step * (n + 1), _MAX_LOOKBACK)
 
 
 async def _fill_timelines(
@@ -234,10 +252,12 @@ async def _fill_timelines(
             grid.expected[0] if grid is not None and grid.expected else NEVER_SINCE
         )
     ids = [s.schedule_id for s in shown]
-    async with pool.acquire() as conn:
-        # Twice the slots: off-grid records (manual triggers) may sit between the grid's.
-        rows = await outbox.recent(conn, since, until=now, limit=2 * n)
-        held = await locks.held_keys(conn, ids)
+    # One snapshot: a run that commits between the two reads would otherwise be in neither (its
+    # commit releases the lease and writes the outbox record in one transaction).
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        # More than the slots: off-grid records (manual triggers) may sit between the grid's.
+        rows = await outbox.recent(conn, since, until=now, limit=4 * n)
+        active = await locks.active_keys(conn, ids)
     records: dict[str, list[timeline.Record]] = {sid: [] for sid in ids}
     for r in rows:
         workflow_id = r["workflow_id"]
@@ -253,7 +273,7 @@ async def _fill_timelines(
             )
         )
     leased: dict[str, set[datetime]] = {sid: set() for sid in ids}
-    for sid, key in held:
+    for sid, key in active:
         fire_time = fire_time_of_key(sid, key)
         if fire_time is not None:
             leased[sid].add(fire_time)
@@ -276,4 +296,5 @@ async def _fill_timelines(
             now=now,
             settle=timeline.settle_time(s.grace),
             limit=n,
+            buffered=grid.buffered if grid is not None else 0,
         )

@@ -8,7 +8,7 @@ touches a server or the clock, so every rule is unit-tested with plain values.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Final
 
@@ -23,7 +23,8 @@ RUNNING: Final = "running"
 SKIPPED: Final = "skipped"
 """The live fire found the lease held and ended `overlap-locked`."""
 DUE: Final = "due"
-"""Fired moments ago: not yet running, not yet missing."""
+"""Fired moments ago, or held in the schedule's buffer behind a running fire (buffer_one):
+not yet running, not missing."""
 MISSING: Final = "missing"
 """Expected, past its settling time, and neither committed, running nor skipped: `backfill plan`
 lists it (or Temporal skipped it under the overlap policy, which it counts but does not name)."""
@@ -74,6 +75,7 @@ def slots(
     now: datetime,
     settle: timedelta,
     limit: int,
+    buffered: int = 0,
 ) -> list[Slot]:
     """The last `limit` slots up to `now`, oldest first.
 
@@ -81,6 +83,8 @@ def slots(
     asked, so only what the outbox and the leases show is listed, and nothing can be called
     missing). A record off the expected grid is shown where it falls, but only inside the span
     the expected times cover, so an old manual trigger does not crowd out the recent grid.
+    `buffered`: starts Temporal holds in the schedule's buffer; they are the first fires after
+    the oldest running one that have nothing else to show.
     """
     by_time = {r.fire_time: r for r in records}
     found: list[Slot] = []
@@ -109,7 +113,19 @@ def slots(
                 Slot(t, logical_key(schedule_id, t), OFF_GRID, record=record, note=_by(record))
             )
     found.sort(key=lambda s: s.fire_time)
-    return found[-limit:]
+    return _buffered(found, buffered)[-limit:]
+
+
+def _buffered(found: list[Slot], buffered: int) -> list[Slot]:
+    first_running = next((i for i, s in enumerate(found) if s.state == RUNNING), None)
+    if not buffered or first_running is None:
+        return found
+    out = list(found)
+    for i in range(first_running + 1, len(out)):
+        if buffered and out[i].state in (MISSING, DUE):
+            out[i] = replace(out[i], state=DUE, note="buffered behind the running fire")
+            buffered -= 1
+    return out
 
 
 def _slot(schedule_id: str, t: datetime, record: Record | None, running: bool) -> Slot:

@@ -253,17 +253,22 @@ async def release(conn: Any, *, name: str, token: int) -> bool:
     return status == "UPDATE 1"
 
 
-# Leases held now, by the schedules they run for: what the status page shows as running. A
-# shared lock names its holder's schedule in `schedule_id`, so the lock's name does not matter.
-_HELD_KEYS = """
+# Runs at the lease now, by the schedules they run for: holding it, or queued for it (a replay
+# behind a live run, a buffer_one fire). What the status page shows as running. A shared lock
+# names its holder's schedule in `schedule_id`; a waiter is known by its logical key, whose
+# part before the '@' is its schedule id (schedule ids have no '@').
+_ACTIVE_KEYS = """
 SELECT schedule_id, logical_key FROM cronwarden.locks
  WHERE schedule_id = ANY($1::text[]) AND holder IS NOT NULL AND expires_at > now()
    AND logical_key IS NOT NULL
+UNION
+SELECT split_part(logical_key, '@', 1), logical_key FROM cronwarden.lock_waiters
+ WHERE split_part(logical_key, '@', 1) = ANY($1::text[]) AND expires_at > now()
 """
 
 
-async def held_keys(conn: Any, schedule_ids: list[str]) -> list[tuple[str, str]]:
-    """(schedule id, logical key) of every unexpired lease held for one of `schedule_ids`."""
-    return [
-        (r["schedule_id"], r["logical_key"]) for r in await conn.fetch(_HELD_KEYS, schedule_ids)
-    ]
+async def active_keys(conn: Any, schedule_ids: list[str]) -> list[tuple[str, str]]:
+    """(schedule id, logical key) of every run holding or queued at a lease for one of
+    `schedule_ids`."""
+    rows = await conn.fetch(_ACTIVE_KEYS, schedule_ids)
+    return [(r["schedule_id"], r["logical_key"]) for r in rows]

@@ -27,7 +27,7 @@ from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedTemporal, free_port
 from cronwarden.monitor.process import run_monitor
 from cronwarden.schedules.apply import apply_definitions
-from tests.support.browser import chromium, load, needs_chromium
+from tests.support.browser import CHROMEDRIVER, CHROMIUM, chromium, load, needs_chromium
 from tests.support.http_probe import http_get_text
 from tests.support.paths import REPO_ROOT
 from tests.support.schedules import definition
@@ -149,7 +149,7 @@ async def test_a_worker_outage_shows_missing_slots_and_the_backfill_beside_live_
         assert "committed" in during.values()
         missing = sorted(k for k, state in during.items() if state == "missing")
 
-        if shutil.which("chromium") and shutil.which("chromedriver"):
+        if CHROMIUM is not None and CHROMEDRIVER is not None:
             shot = tmp_path / "status-page.png"
             with chromium(tmp_path / "profile") as driver:
                 seen = await asyncio.to_thread(load, driver, served.url(), screenshot=shot)
@@ -175,11 +175,25 @@ async def test_a_worker_outage_shows_missing_slots_and_the_backfill_beside_live_
                 states = await slot_states(served.port, schedule_id, f"/schedules/{schedule_id}")
                 return states if all(states.get(k) == "replayed" for k in missing) else None
 
-            after = await wait_for(replayed, timeout=60, what="the missing slots replayed")
-            assert after is not None
-            live_after_outage = await committed_count(pool, schedule_id)
-        assert live_after_outage >= len(missing) + 2
-        assert "committed" in after.values()
+            await wait_for(replayed, timeout=60, what="the missing slots replayed")
+            last_missing = parse_fire_time(missing[-1].split("@", 1)[1])
+
+            async def live_fires_resumed() -> bool:
+                # Schedule-fired commits after the outage, beside the replays.
+                return bool(
+                    await pool.fetchval(
+                        "SELECT count(*) FROM cronwarden.outbox WHERE schedule_id = $1"
+                        " AND fire_time > $2 AND workflow_id NOT LIKE '%~replay-%'",
+                        schedule_id,
+                        last_missing,
+                    )
+                )
+
+            await wait_for(live_fires_resumed, timeout=60, what="a live fire after the outage")
+        after = await slot_states(served.port, schedule_id, f"/schedules/{schedule_id}")
+        assert all(after[k] == "replayed" for k in missing)
+        later = [k for k in after if k > missing[-1]]
+        assert any(after[k] == "committed" for k in later), after
     finally:
         await client.get_schedule_handle(schedule_id).delete()
 
@@ -212,7 +226,7 @@ async def test_the_page_answers_while_temporal_is_unreachable_from_postgres_alon
     async with monitoring(served):
         status, html = await http_get_text(served.port, "/", timeout=30)
     assert status == 200
-    assert 'id="temporal-error"' in html and "unreachable" in html
+    assert 'id="temporal-error"' in html
     assert f'data-key="{schedule_id}@2026-12-01T00:00:00Z"' in html
     assert 'data-health="incident"' in html or 'data-health="overdue"' in html
 
@@ -250,7 +264,7 @@ async def test_a_page_turned_off_is_not_served(
 async def _get_with(port: int, path: str, authorization: str) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(
-        f"GET {path} HTTP/1.1\r\nHost: t\r\nAuthorization: {authorization}\r\n"
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: {authorization}\r\n"
         "Connection: close\r\n\r\n".encode()
     )
     await writer.drain()
@@ -260,8 +274,26 @@ async def _get_with(port: int, path: str, authorization: str) -> int:
     return int(raw.split()[1])
 
 
+async def test_what_a_run_or_an_incident_says_is_shown_as_text_never_as_markup(
+    pool: asyncpg.Pool, served: Served, schedule_id: str
+) -> None:
+    script = "<script>alert(1)</script>"
+    await pool.execute(
+        "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, last_error,"
+        " paused, paused_reason) VALUES ($1, now() + interval '1 hour', $2, true, $2)",
+        schedule_id,
+        script,
+    )
+    _, overview = await http_get_text(served.port, "/")
+    status, detail = await http_get_text(served.port, f"/schedules/{schedule_id}")
+    assert status == 200
+    for html in (overview, detail):
+        assert script not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert (await http_get_text(served.port, "/schedules/no-such-schedule"))[0] == 404
+
+
 @needs_chromium
 async def test_the_browser_check_runs_here() -> None:
     """The outage test above checks the page in Chromium only where both programs exist; this
     test makes their absence visible as a skip instead of a silent pass."""
-    assert shutil.which("chromium") and shutil.which("chromedriver")
+    assert CHROMIUM is not None and CHROMEDRIVER is not None

@@ -27,7 +27,7 @@ async def http_get_text(
     try:
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(f"{method} {path} HTTP/1.1\r\nHost: probe\r\n\r\n".encode())
+            writer.write(f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
             await writer.drain()
             raw = await reader.read()
             writer.close()

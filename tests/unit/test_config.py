@@ -135,3 +135,20 @@ def test_a_secret_file_that_cannot_be_read_is_one_sentence_naming_variable_and_p
         f"invalid configuration: CRONWARDEN_DATABASE_URL_FILE names {missing}, which cannot "
         "be read (No such file or directory); is the Secret mounted there?"
     )
+
+
+def test_an_empty_status_page_token_is_refused_rather_than_read_as_no_token(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    empty = tmp_path / "token"
+    empty.write_text("\n")
+    monkeypatch.setenv("CRONWARDEN_STATUS_PAGE_TOKEN_FILE", str(empty))
+    with pytest.raises(ValidationError) as caught:
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    assert "CRONWARDEN_STATUS_PAGE_TOKEN is empty" in settings_error_message(caught.value)
+
+
+def test_the_status_page_takes_local_any_or_off_only() -> None:
+    with pytest.raises(ValidationError):
+        Settings(_env_file=None, status_page="public")  # type: ignore[call-arg,arg-type]
+    assert Settings(_env_file=None).status_page == "local"  # type: ignore[call-arg]

@@ -13,12 +13,20 @@ from cronwarden.monitor import timeline
 from cronwarden.monitor.page import PageAccess, StatusPage, TemporalLinks
 
 
-def request_from(peer: str, authorization: str | None = None) -> object:
+def request_from(
+    peer: str,
+    authorization: str | None = None,
+    *,
+    host: str = "127.0.0.1:8234",
+    **headers: str,
+) -> object:
     transport = mock.Mock()
     transport.get_extra_info.side_effect = lambda name, default=None: (
         (peer, 40000) if name == "peername" else default
     )
-    headers = {"Authorization": authorization} if authorization else {}
+    headers = {"Host": host, **{k.replace("_", "-"): v for k, v in headers.items()}}
+    if authorization:
+        headers["Authorization"] = authorization
     return make_mocked_request("GET", "/", headers=headers, transport=transport)
 
 
@@ -41,6 +49,25 @@ def test_a_local_page_refuses_every_other_client_and_says_how_to_open_it(peer: s
     refused = page()._allowed(request_from(peer))  # type: ignore[arg-type]
     assert refused is not None and refused.status == 403
     assert "CRONWARDEN_STATUS_PAGE=any" in (refused.text or "")
+
+
+@pytest.mark.parametrize("host", ["localhost:8234", "127.0.0.1", "[::1]:9101", "LOCALHOST"])
+def test_a_local_page_answers_the_names_a_browser_on_this_host_uses(host: str) -> None:
+    assert page()._allowed(request_from("127.0.0.1", host=host)) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("host", ["rebound.example:8234", "10.0.0.5:9101", "cronwarden-monitor"])
+def test_a_local_page_refuses_a_loopback_peer_that_names_another_host(host: str) -> None:
+    # DNS rebinding in a browser here, or a proxy (a mesh sidecar) passing a remote client on.
+    refused = page()._allowed(request_from("127.0.0.6", host=host))  # type: ignore[arg-type]
+    assert refused is not None and refused.status == 403
+
+
+@pytest.mark.parametrize("header", ["Forwarded", "X_Forwarded_For", "X_Real_IP"])
+def test_a_local_page_refuses_requests_a_proxy_forwarded(header: str) -> None:
+    forwarded = request_from("127.0.0.1", **{header: "for=203.0.113.9"})
+    refused = page()._allowed(forwarded)  # type: ignore[arg-type]
+    assert refused is not None and refused.status == 403
 
 
 def test_an_open_page_answers_any_client() -> None:

@@ -144,3 +144,19 @@ def test_without_temporal_the_records_and_running_fires_show_and_nothing_is_call
 def test_settling_never_outlasts_the_grace_nor_a_minute() -> None:
     assert settle_time(timedelta(seconds=5)) == timedelta(seconds=5)
     assert settle_time(timedelta(minutes=15)) == timedelta(minutes=1)
+
+
+def test_a_buffered_start_behind_a_running_fire_is_due_not_missing() -> None:
+    found = slots(
+        SID,
+        expected=[at(i) for i in range(5)],
+        records=[record(0)],
+        running={at(1)},
+        lease_skip=None,
+        now=at(10),
+        settle=timedelta(0),
+        limit=10,
+        buffered=1,
+    )
+    assert states(found) == ["committed", "running", "due", "missing", "missing"]
+    assert found[2].note == "buffered behind the running fire"
