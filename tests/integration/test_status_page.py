@@ -231,6 +231,17 @@ async def test_the_page_answers_while_temporal_is_unreachable_from_postgres_alon
     assert 'data-health="incident"' in html or 'data-health="overdue"' in html
 
 
+async def test_with_postgres_unreachable_the_page_says_so_and_the_probes_still_answer(
+    temporal_server: EmbeddedTemporal, task_queue: str
+) -> None:
+    nothing = f"postgresql://postgres@127.0.0.1:{free_port()}/x"  # no Postgres listens here
+    served = Served(free_port(), page_settings(temporal_server, nothing, task_queue))
+    async with monitoring(served):
+        status, text = await http_get_text(served.port, "/", timeout=30)
+        assert (await http_get_text(served.port, "/healthz"))[0] == 200
+    assert status == 503 and "cannot read the database" in text and "Traceback" not in text
+
+
 async def test_a_token_guards_the_page_but_not_the_metrics(
     temporal_server: EmbeddedTemporal, database: str, task_queue: str
 ) -> None:

@@ -95,6 +95,54 @@ async def test_a_run_and_its_replay_are_counted_by_outcome_with_their_phases_tim
     }
 
 
+def totals(text: str) -> dict[str, float]:
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name in ("cronwarden_lease_takeovers_total", "cronwarden_commit_failures_total")
+    }
+
+
+async def test_an_expired_lease_taken_over_and_a_commit_that_failed_are_counted(
+    client: Client,
+    pool: asyncpg.Pool,
+    database: str,
+    task_queue: str,
+    schedule_id: str,
+    health_port: int,
+) -> None:
+    # A holder that died without releasing: its lease expired a minute ago.
+    await pool.execute(
+        "INSERT INTO cronwarden.locks (name, holder, attempt, token, expires_at, acquired_at,"
+        " logical_key, schedule_id) VALUES ($1, 'dead-worker', 1,"
+        " nextval('cronwarden.lock_tokens'), now() - interval '1 minute',"
+        " now() - interval '2 minutes', $2, $3)",
+        f"schedule:{schedule_id}",
+        f"{schedule_id}@2026-01-01T00:00:00Z",
+        schedule_id,
+    )
+    taken = await start_run(client, task_queue, schedule_id)
+    assert (await taken.result()).outcome == "ran"
+    assert totals(await scrape(health_port)) == {
+        "cronwarden_lease_takeovers_total": 1,
+        "cronwarden_commit_failures_total": 0,
+    }
+    # Its commit dies with its connection on the first attempt; the retry commits.
+    dropped = await start_run(
+        client,
+        task_queue,
+        f"{schedule_id}-drop",
+        job="drop-connection-before-commit",
+        args={"dsn": database},
+    )
+    assert (await dropped.result()).outcome == "ran"
+    assert totals(await scrape(health_port)) == {
+        "cronwarden_lease_takeovers_total": 1,
+        "cronwarden_commit_failures_total": 1,
+    }
+
+
 async def test_the_metrics_page_has_the_exposition_content_type(health_port: int) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", health_port)
     writer.write(b"GET /metrics HTTP/1.1\r\nHost: probe\r\n\r\n")
