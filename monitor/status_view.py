@@ -298,3 +298,6 @@ async def _fill_timelines(
             limit=n,
             buffered=grid.buffered if grid is not None else 0,
         )
+        if s.health == LATE and s.count(timeline.RUNNING):
+            # Past the expected time but within its grace, with a run in flight: it is not late.
+            s.health = RUNNING
