@@ -30,7 +30,15 @@ from cronwarden.store.pool import connect
 # The measurements. Each is `bench/<name>.py` with
 # `async def measure(stack: BenchStack, *, quick: bool) -> list[Row]`. `scale` comes last: the
 # server goes on tearing down its ten thousand deleted schedules for minutes after it returns.
-MODULES = ("guard_overhead", "backfill_plan", "monitor_scan", "apply_scale", "fire_lag", "scale")
+MODULES = (
+    "guard_overhead",
+    "backfill_plan",
+    "monitor_scan",
+    "status_page",
+    "apply_scale",
+    "fire_lag",
+    "scale",
+)
 RESULTS = Path(__file__).with_name("RESULTS.md")
 
 Measure = Callable[..., Awaitable[list[Row]]]
