@@ -52,6 +52,10 @@ EXPECTED = {
         "overdue query, 10 overdue either way: 10,000 vs 1,000 rows",
         "overdue query, 10,000 rows: 100 vs 10 overdue",
     ],
+    "status_page": [
+        "status page `/`: 60 schedules, timelines of 5 (5 slots each)",
+        "status page `/schedules/{id}`: one schedule, 20 slots",
+    ],
     "apply_scale": [
         "apply 20 schedules: first apply (creates; 1 run)",
         "apply 20 schedules again, no change: time",
