@@ -539,6 +539,18 @@ def test_the_monitor_runs_two_replicas_scraped_on_its_metrics_port(
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
+def test_the_workers_are_scraped_on_their_health_port(rendered: list[dict[str, Any]]) -> None:
+    template = by_name(rendered, "Deployment", "cronwarden-worker")["spec"]["template"]
+    [worker] = template["spec"]["containers"]
+    health = {p["name"]: p["containerPort"] for p in worker["ports"]}["health"]
+    env = {e["name"]: e.get("value") for e in worker.get("env", [])}
+    assert env["CRONWARDEN_HEALTH_PORT"] == str(health)
+    annotations = template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(health)
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
 def test_the_workers_apply_the_mounted_schedule_file(
     rendered: list[dict[str, Any]],
 ) -> None:
