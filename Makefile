@@ -5,24 +5,62 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CHECKOV := checkov==3.3.30
+UV := uv==0.13.9
 
-.PHONY: dev test test-tools docs schema lint typecheck unit faults soak bench clean-state
+.PHONY: dev test test-tools lock docs schema lint typecheck unit faults soak bench clean-state
 
-$(STAMP): pyproject.toml
+# Every virtualenv is built from a lock, never from pyproject.toml's ranges: a fresh machine gets
+# exactly the versions the tests last passed with, whatever the package index serves today.
+#   requirements.lock          the runtime dependencies (the Docker image installs exactly this)
+#   requirements-otel.lock     the runtime plus the `otel` extra, for images that trace
+#   requirements-dev.lock      everything `make dev` and `make test` need (all extras, test tools)
+#   requirements-checkov.lock  checkov's virtualenv of its own
+# `make lock` writes all four. The dev virtualenv is rebuilt from scratch whenever a lock or
+# pyproject.toml changes, so a package dropped from the lock leaves it too. `--no-deps` then
+# `pip check`: nothing unpinned slips in, and a dependency added to pyproject.toml without
+# `make lock` fails here, naming it.
+$(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cronwarden needs Python >= 3.11")'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(PYTHON) -m venv --clear $(VENV)
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-dev.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check || { echo "a lock no longer satisfies pyproject.toml: run make lock"; exit 1; }
 	@touch $(STAMP)
 
-# checkov (the IaC scanner test_deploy.py runs) in a virtualenv of its own: it pins packaging<24
-# and brings ~80 packages that would clash with the dev tools. Only the tests need it, so
-# `make dev` does not wait for it.
-CHECKOV_STAMP := $(VENV)/tools/checkov/.installed-stamp
-$(CHECKOV_STAMP): Makefile
-	$(PYTHON) -m venv $(VENV)/tools/checkov
-	$(VENV)/tools/checkov/bin/python -m pip install --quiet $(CHECKOV)
+# checkov (the IaC scanner test_deploy.py runs) in a virtualenv of its own, beside the dev one: it
+# pins packaging<24 and brings ~80 packages that would clash with the dev tools. Only the tests
+# need it, so `make dev` does not wait for it.
+CHECKOV_VENV := $(VENV)-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
+$(CHECKOV_STAMP): requirements-checkov.lock
+	$(PYTHON) -m venv --clear $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --no-deps -r requirements-checkov.lock
+	$(CHECKOV_VENV)/bin/python -m pip check
 	@touch $(CHECKOV_STAMP)
+
+# Refreshes every lock, deliberately: `make lock` upgrades everything pyproject.toml allows;
+# `make lock LOCK_UPGRADE=` only adds what pyproject.toml gained, keeping every other pin;
+# `make lock LOCK_UPGRADE="--upgrade-package httpx"` moves one package. Then `make test`
+# rebuilds the virtualenvs from the new locks and checks them. uv resolves (in seconds, where
+# pip-compile takes minutes) from a virtualenv of its own, so a broken dev virtualenv cannot
+# stop a relock. The dev lock is resolved first; the others are held to its versions, so the
+# image runs what the tests ran.
+LOCK_VENV := $(VENV)-lock
+LOCK_STAMP := $(LOCK_VENV)/.installed-stamp
+LOCK_UPGRADE ?= --upgrade
+LOCK_COMPILE = $(LOCK_VENV)/bin/uv pip compile --quiet --python-version 3.11 \
+	--custom-compile-command 'make lock'
+$(LOCK_STAMP): Makefile
+	$(PYTHON) -m venv --clear $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet $(UV)
+	@touch $(LOCK_STAMP)
+
+lock: $(LOCK_STAMP)
+	$(LOCK_COMPILE) $(LOCK_UPGRADE) pyproject.toml --extra dev -o requirements-dev.lock
+	$(LOCK_COMPILE) --no-annotate pyproject.toml -c requirements-dev.lock -o requirements.lock
+	$(LOCK_COMPILE) --no-annotate pyproject.toml --extra otel -c requirements-dev.lock \
+	  -o requirements-otel.lock
+	echo '$(CHECKOV)' | $(LOCK_COMPILE) $(LOCK_UPGRADE) - -o requirements-checkov.lock
 
 dev: $(STAMP)
 	$(BIN)/cronwarden dev $(ARGS)

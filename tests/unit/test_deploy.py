@@ -12,7 +12,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +26,7 @@ from packaging.utils import canonicalize_name
 
 from cronwarden.activities.jobs import import_job_modules
 from cronwarden.schedules.model import parse_schedule_text
+from tests.support.locks import CHECKOV_VENV, RUNTIME_LOCK, closure, read_lock
 from tests.support.manifests import MONITORING_GROUP, monitoring_problems, render, run_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -83,53 +83,20 @@ def test_the_image_runs_cronwarden_as_a_non_root_user_without_dev_dependencies()
     assert {".venv", "tests", ".git"} <= set(ignored)
 
 
-def lock_pins(text: str) -> dict[str, str]:
-    """requirements.lock as {canonical name: version}; every line must be `name==version`."""
-    pins: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        req = Requirement(line)
-        [spec] = req.specifier
-        assert spec.operator == "==" and not req.extras and req.marker is None, line
-        pins[canonicalize_name(req.name)] = spec.version
-    return pins
-
-
-def runtime_closure(requirements: list[str]) -> set[str]:
-    """The installed distributions `requirements` pull in, markers evaluated, no extras."""
-    seen: set[str] = set()
-    todo = [Requirement(r) for r in requirements]
-    while todo:
-        req = todo.pop()
-        name = canonicalize_name(req.name)
-        if name in seen or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
-            continue
-        seen.add(name)
-        todo.extend(Requirement(r) for r in metadata.requires(name) or [])
-    return seen
-
-
 def test_the_lock_pins_every_runtime_dependency_at_the_version_the_tests_ran_with() -> None:
-    pins = lock_pins((REPO_ROOT / "requirements.lock").read_text())
+    pins = read_lock(RUNTIME_LOCK)
     declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     for dependency in map(Requirement, declared):
         name = canonicalize_name(dependency.name)
         assert name in pins, f"{name} is not pinned in requirements.lock"
         assert dependency.specifier.contains(pins[name]), (name, pins[name])
     # Complete and nothing more: exactly what `pip install .` pulls in, at the tested versions.
-    assert set(pins) == runtime_closure(declared)
+    assert set(pins) == closure(declared)
     for pinned, version in pins.items():
         assert metadata.version(pinned) == version, pinned
     steps = dockerfile_instructions(REPO_ROOT / "Dockerfile")
     installs = [arg for op, arg in steps if op == "RUN" and "pip install" in arg]
     assert any("-r requirements.lock" in i and "--no-deps ." in i for i in installs), installs
-
-
-def test_the_lock_refuses_an_open_range() -> None:
-    with pytest.raises(AssertionError):
-        lock_pins("temporalio>=1.35\n")
 
 
 # --- docker-compose.yml -----------------------------------------------------------------------
@@ -574,8 +541,7 @@ def test_the_build_backend_is_pinned() -> None:
 
 # --- checkov ----------------------------------------------------------------------------------
 
-# Installed by the Makefile beside the dev virtualenv, in a virtualenv of its own.
-CHECKOV = Path(sys.executable).parents[1] / "tools" / "checkov" / "bin" / "checkov"
+CHECKOV = CHECKOV_VENV / "bin" / "checkov"
 CHECKOV_SKIPS = REPO_ROOT / "deploy" / "checkov-skips.yaml"
 
 
