@@ -14,9 +14,12 @@ import asyncpg
 import structlog
 from temporalio import activity
 
-from cronwarden.store.runs import SET_MARKER
+from cronwarden.store.runs import CURRENT_MARKER, SET_MARKER
 
-_CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+_CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+# The look at the transaction's marker on a failure path: a connection that does not answer
+# this fast is not asked again (the job's error is reported as it was).
+MARKER_CHECK_TIMEOUT = 2.0
 
 
 class RunContext:
@@ -52,6 +55,11 @@ class RunContext:
         self.marker: str | None = None
         """Set local to the job's transaction: the commit statement checks it is still there,
         so a job that committed it and began another cannot commit the outbox record."""
+        self.ended_by_job = False
+        """The job ended the transaction `transaction()` opened (a COMMIT, a ROLLBACK, a script
+        holding one): writes it made may have landed without the outbox record, so however the
+        run ends now, it must not be retried. Noted when the transaction is rolled back, which
+        every way out of a run but the commit does."""
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
@@ -104,6 +112,7 @@ class RunContext:
         tx, conn = self._tx, self.conn
         if tx is None:
             return
+        await self._note_if_ended(conn)
         self._tx = self.conn = None
         try:
             await tx.rollback()
@@ -113,6 +122,30 @@ class RunContext:
             pass
         finally:
             await self._release(conn)
+
+    async def still_open(self) -> bool:
+        """Is the transaction `transaction()` opened still the connection's? (The job may have
+        ended it, or ended it and begun another.)"""
+        conn = self.conn
+        if conn is None:
+            return False
+        await self._note_if_ended(conn)
+        return not self.ended_by_job
+
+    async def _note_if_ended(self, conn: Any) -> None:
+        if self.ended_by_job:
+            return
+        # The server's transaction status, as the last message from it said: idle means the
+        # job's COMMIT or ROLLBACK ended ours. A COMMIT cannot be told from a ROLLBACK here.
+        if not conn.is_in_transaction():
+            self.ended_by_job = True
+            return
+        # In a transaction, but maybe one the job began after ending ours: the marker is local
+        # to ours. A connection that cannot answer (cut, mid-query, in an aborted transaction)
+        # keeps the benefit of the doubt: nothing shows the job ended anything.
+        with contextlib.suppress(*_CONNECTION_ERRORS):
+            current = await conn.fetchval(CURRENT_MARKER, timeout=MARKER_CHECK_TIMEOUT)
+            self.ended_by_job = current != self.marker
 
     async def _release(self, conn: Any) -> None:
         # The pool closes a broken connection instead of reusing it; that it was broken is

@@ -321,8 +321,10 @@ class GuardedRun:
                     # writes may have landed without the outbox record. Never write the record.
                     raise _transaction_ended(inp, log)
                 committed = await self._commit(ctx, record)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             await ctx.rollback()
+            if ctx.ended_by_job:
+                raise await asyncio.shield(self._ended_by_job(inp, record, exc, log)) from None
             current = asyncio.current_task()
             if lost.is_set() and current is not None and current.cancelling() == 0:
                 # Our own renewal cancelled the job: we are not being cancelled ourselves.
@@ -337,12 +339,17 @@ class GuardedRun:
                 log.warning("run.lease-lost", noticed="at release, on cancellation")
             log.warning("run.cancelled", phase=phase)
             raise
-        except ApplicationError:
+        except ApplicationError as exc:
             await ctx.rollback()
+            if ctx.ended_by_job:
+                then = None if exc.type == TRANSACTION_ENDED else exc
+                raise await self._ended_by_job(inp, record, then, log) from exc
             await self._release(record, log)
             raise
         except JobTimedOut as exc:
             await ctx.rollback()
+            if ctx.ended_by_job:
+                raise await self._ended_by_job(inp, record, exc, log) from exc
             released = await self._release_after_timeout(record, log)
             if lost.is_set() or released is False:
                 # Cut off past its lease too (a frozen worker): someone else holds the key now.
@@ -350,6 +357,8 @@ class GuardedRun:
             return await self._job_failed(inp, exc, log, error_type=JOB_TIMED_OUT)
         except Exception as exc:
             await ctx.rollback()
+            if ctx.ended_by_job:
+                raise await self._ended_by_job(inp, record, exc, log) from exc
             if phase == "commit":
                 return await self._after_failed_commit(inp, record, exc, log)
             await self._release(record, log)
@@ -370,7 +379,7 @@ class GuardedRun:
         self, inp: GuardedRunInput, record: CommitRecord, committed: CommitOutcome, log: Any
     ) -> RunOutcome:
         if not committed.own_transaction:
-            raise _transaction_ended(inp, log)
+            raise await self._ended_by_job(inp, record, None, log)
         if not committed.fenced:
             raise self._lease_lost(log)
         if not record.replay:
@@ -613,6 +622,18 @@ class GuardedRun:
             ALREADY_DONE, inp.logical_key, attempt=attempt, args_mismatch=mismatch, notes=notes
         )
 
+    async def _ended_by_job(
+        self, inp: GuardedRunInput, record: CommitRecord, exc: BaseException | None, log: Any
+    ) -> ApplicationError:
+        """The job ended its own transaction, and maybe (`exc`) the run then failed another way
+        (the job raised, hung past its timeout, lost its lease, was cancelled). Whatever that
+        failure would have been, it is not retried now: writes the job committed itself may
+        have landed, and a retry would apply them again."""
+        await self._release(record, log)
+        error = _transaction_ended(inp, log, then=exc)
+        await self._record_failure(inp, error.message, log)
+        return error
+
     def _lease_lost(self, log: Any) -> ApplicationError:
         log.warning("run.lease-lost")
         # Retryable: the retry either finds the key committed by whoever took the lease, or
@@ -629,12 +650,15 @@ class GuardedRun:
             log.error("run.timed-out", error=error, timeout_seconds=inp.timeout_seconds)
         else:
             log.error("run.failed", error=error, exc_info=exc)
+        await self._record_failure(inp, error, log)
+        raise ApplicationError(error, type=error_type) from exc
+
+    async def _record_failure(self, inp: GuardedRunInput, error: str, log: Any) -> None:
         try:
             async with own_statements(self._pool) as conn:
                 await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
         except _DB_ERRORS as db_exc:
             log.warning("run.record-failure-failed", error=str(db_exc))
-        raise ApplicationError(error, type=error_type) from exc
 
 
 async def _within_timeout(
@@ -701,15 +725,26 @@ def _run_deadline_seconds(info: activity.Info, inp: GuardedRunInput) -> float | 
     return timeout.total_seconds() + inp.heartbeat_grace_seconds if timeout else None
 
 
-def _transaction_ended(inp: GuardedRunInput, log: Any) -> ApplicationError:
-    log.error("run.transaction-ended-by-job", job=inp.job)
+def _transaction_ended(
+    inp: GuardedRunInput, log: Any, *, then: BaseException | None = None
+) -> ApplicationError:
+    """`then`: how the run failed after the job ended its transaction, if it did not return."""
+    ending = ""
+    if isinstance(then, asyncio.CancelledError):
+        ending = ", and the run was then cancelled"
+    elif then is not None:
+        ending = f", and then failed ({type(then).__name__}: {then})"
+    log.error(
+        "run.transaction-ended-by-job", job=inp.job, then=ending.removeprefix(", and ") or None
+    )
     # Not retryable: writes the job committed itself may have landed, and a retry would apply
     # them again. The run fails loudly; the key stays uncommitted and `backfill plan` lists it.
     return ApplicationError(
         f"job '{inp.job}' ended the run's transaction itself (a COMMIT or ROLLBACK inside "
-        f"ctx.transaction(), or a script containing one) while running {inp.logical_key}; "
-        "the outbox record was not written and the lease is released. Remove that statement: "
-        "the guard commits the job's writes together with the outbox record",
+        f"ctx.transaction(), or a script containing one) while running {inp.logical_key}"
+        f"{ending}; the outbox record was not written, the lease is released and the run is "
+        "not retried, since what the job committed itself may have landed. Remove that "
+        "statement: the guard commits the job's writes together with the outbox record",
         type=TRANSACTION_ENDED,
         non_retryable=True,
     )

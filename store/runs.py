@@ -88,6 +88,7 @@ SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
 
 # Set by `ctx.transaction()` right after BEGIN, local to that transaction.
 SET_MARKER = "SELECT set_config('cronwarden.run_marker', $1, true)"
+CURRENT_MARKER = "SELECT current_setting('cronwarden.run_marker', true)"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 from pydantic import BaseModel, Field
@@ -78,6 +78,9 @@ class EndsTransactionArgs(BaseModel):
     statement: str
     """Run inside ctx.transaction() after the effect: "COMMIT", a script ending in COMMIT,
     "COMMIT; BEGIN"... A job must never do this: the guard must catch it."""
+    then: Literal["return", "raise", "raise-after-block", "hang"] = "return"
+    """What the job does next: returns; raises inside the block; leaves the block and raises;
+    or waits inside the block until its timeout (or its lease's loss) cancels it."""
 
 
 @job("ends-transaction", args_model=EndsTransactionArgs)
@@ -86,6 +89,12 @@ async def ends_transaction(ctx: JobContext) -> None:
     async with ctx.transaction() as conn:
         await record_effect(conn, ctx)
         await conn.execute(args.statement)
+        if args.then == "raise":
+            raise RuntimeError("failing inside the block after ending the transaction")
+        if args.then == "hang":
+            await asyncio.Event().wait()
+    if args.then == "raise-after-block":
+        raise RuntimeError("failing after the block, whose transaction the job ended")
 
 
 class MarksStartArgs(BaseModel):
