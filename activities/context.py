@@ -35,8 +35,12 @@ class RunContext:
         attempt: int,
         args: Any,
         log: structlog.typing.FilteringBoundLogger,
+        idle_timeout_seconds: float,
         before_transaction: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`idle_timeout_seconds`: how long the job's transaction may sit idle before the
+        server ends it (the lease's TTL, so a stopped holder keeps the lease row locked no
+        longer than its lease would have lasted)."""
         self.schedule_id = schedule_id
         self.fire_time = fire_time
         self.logical_key = logical_key
@@ -52,6 +56,7 @@ class RunContext:
         self.abandoned = False
         """The block raised and rolled back (the job may have caught the error)."""
         self._before_transaction = before_transaction
+        self._idle_timeout = f"{max(int(idle_timeout_seconds * 1000), 1)}ms"
         self.marker: str | None = None
         """Set local to the job's transaction: the commit statement checks it is still there,
         so a job that committed it and began another cannot commit the outbox record."""
@@ -77,7 +82,7 @@ class RunContext:
         marker = uuid.uuid4().hex
         try:
             await tx.start()
-            await conn.execute(SET_MARKER, marker)
+            await conn.execute(SET_MARKER, marker, self._idle_timeout)
         except BaseException:
             with contextlib.suppress(*_CONNECTION_ERRORS):
                 if conn.is_in_transaction():
@@ -135,15 +140,17 @@ class RunContext:
     async def _note_if_ended(self, conn: Any) -> None:
         if self.ended_by_job:
             return
-        # The server's transaction status, as the last message from it said: idle means the
-        # job's COMMIT or ROLLBACK ended ours. A COMMIT cannot be told from a ROLLBACK here.
-        if not conn.is_in_transaction():
-            self.ended_by_job = True
-            return
-        # In a transaction, but maybe one the job began after ending ours: the marker is local
-        # to ours. A connection that cannot answer (cut, mid-query, in an aborted transaction)
-        # keeps the benefit of the doubt: nothing shows the job ended anything.
+        # A connection that cannot answer (cut, released by the pool after the server closed
+        # it, mid-query, in an aborted transaction) keeps the benefit of the doubt: nothing
+        # shows the job ended anything.
         with contextlib.suppress(*_CONNECTION_ERRORS):
+            # The server's transaction status, as its last message said: idle means the job's
+            # COMMIT or ROLLBACK ended ours. A COMMIT cannot be told from a ROLLBACK here.
+            if not conn.is_in_transaction():
+                self.ended_by_job = True
+                return
+            # In a transaction, but maybe one the job began after ending ours: the marker is
+            # local to ours.
             current = await conn.fetchval(CURRENT_MARKER, timeout=MARKER_CHECK_TIMEOUT)
             self.ended_by_job = current != self.marker
 

@@ -214,6 +214,7 @@ class GuardedRun:
             args=args,
             log=log,
             before_transaction=self._before_transaction(inp),
+            idle_timeout_seconds=inp.lock_ttl_seconds,
         )
         record = CommitRecord(
             lock_name=inp.lock_name,
@@ -268,17 +269,12 @@ class GuardedRun:
         # lease renewal but never makes Temporal think this worker died.
         beating = asyncio.create_task(_heartbeat_temporal(), name=f"heartbeat:{ctx.logical_key}")
         renewing: asyncio.Task[None] | None = None
-        phase = "check"
+        # No second look at the outbox here: the acquire read it after it locked the lease row,
+        # so a run of this key that committed under this lease is already seen. (One under
+        # another lease name, after `apply` changed `lock:`, is stopped by the commit: its
+        # outbox conflict rolls the job's writes back.)
+        phase = "job"
         try:
-            # The acquire statement read the outbox from a snapshot taken before it waited on
-            # the lock row: a run of this key that committed (and released) while we waited is
-            # only visible to a fresh statement.
-            done = await self._committed(inp.logical_key)
-            if done is not None:
-                await self._release(record, log)
-                return self._already_done(inp, done.args_digest, record.attempt, log)
-
-            phase = "job"
             log.info("run.started", lock=inp.lock_name)
             with self._phase("job", inp):
                 # Started inside the phase: spans the job makes itself (an instrumented HTTP

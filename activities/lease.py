@@ -28,10 +28,11 @@ from cronwarden.store.pool import own_statements
 # missed polls, so a run that died stops blocking the queue within seconds.
 POLL_EVERY = 0.25
 QUEUE_TTL_SECONDS = 5.0
-# A refusal by a run the statement could not see is asked again at once, this many times at
-# most: the next statement sees the run (one is enough; more only if the lease changes hands
-# again in between).
-MAX_RECHECKS = 3
+# A lease row locked past the statement's lock timeout (a holder stopped between its commit
+# statement and COMMIT) is asked again for at most this long beyond the lease's TTL: the server
+# ends such a holder's transaction after its TTL idle (activities/context.py), so a row still
+# locked then is something else, and the run fails retryably, naming it.
+ROW_LOCKED_MARGIN_SECONDS = 10.0
 # Heartbeats to Temporal while waiting, well inside the workflow's 10 s heartbeat timeout.
 HEARTBEAT_EVERY = 2.0
 # A cancelled acquire waits this long for its statement's answer before falling back to a
@@ -39,6 +40,10 @@ HEARTBEAT_EVERY = 2.0
 STATEMENT_GRACE_SECONDS = 10.0
 
 _DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+class LeaseRowLocked(Exception):
+    """The lease row stayed locked far longer than any holder's transaction may stay open."""
 
 
 @dataclass(frozen=True)
@@ -74,19 +79,32 @@ async def acquire_lease(
     give_up_at = time.monotonic() + req.wait_seconds
     beating: asyncio.Task[None] | None = None
     queued = False
-    rechecks = 0
+    locked_since: float | None = None
     try:
         while True:
+            asked_at = time.monotonic()
             got = await _attempt(pool, req, log)
+            if got.row_locked:
+                # Nothing was decided: the wait is not the run's to count against its own
+                # (a live `skip` fire would give up at once), but Temporal must hear from it
+                # from this moment on.
+                now = time.monotonic()
+                if locked_since is None:
+                    locked_since = now
+                    log.warning("run.lease-row-locked", lock=req.name)
+                elif now - locked_since > req.ttl_seconds + ROW_LOCKED_MARGIN_SECONDS:
+                    raise LeaseRowLocked(
+                        f"the lease {req.name} stayed locked by a transaction that does not end "
+                        f"for {now - locked_since:.0f}s (longer than its lock_ttl); retrying"
+                    )
+                if heartbeat is not None and beating is None:
+                    beating = asyncio.create_task(_beat(heartbeat), name=f"wait:{req.logical_key}")
+                give_up_at += time.monotonic() - asked_at + POLL_EVERY
+                await asyncio.sleep(POLL_EVERY)
+                continue
             if got.token is not None or got.already_done:
                 return got
             queued = queued or got.queued
-            if got.seen_free and not got.queued and rechecks < MAX_RECHECKS:
-                # Refused by a run that took the lease while our statement ran, unseen by it:
-                # ask again at once, so a live fire queues behind a replay instead of being
-                # skipped, and a skip names the run that really holds the lease.
-                rechecks += 1
-                continue
             left = give_up_at - time.monotonic()
             if not got.queued or left <= 0:
                 if queued:

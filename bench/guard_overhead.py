@@ -60,14 +60,14 @@ SCHEDULES = 10
 # Starts in flight at once: enough to keep the server's frontend busy, few enough not to time out.
 START_CONCURRENCY = 64
 RATIO_GOAL = 0.9
-ROUND_TRIP_GOAL = 4
+ROUND_TRIP_GOAL = 3
 ROUND_TRIP_RUNS = 20
 DESCRIBE_GOAL = 0.1
 RUN_TIMEOUT = timedelta(minutes=10)
 
 # Which guard statement a round trip ran, by a fragment of its SQL.
 _LABELS = [
-    ("INSERT INTO cronwarden.locks", "acquire (+ outbox look)"),
+    ("cronwarden.acquire_lease", "acquire (+ outbox look)"),
     ("SELECT args_digest, fencing_token FROM cronwarden.outbox", "outbox check"),
     ("WITH fence AS", "commit (fence + outbox + heartbeat + release)"),
     ("pg_advisory_unlock_all", "pool reset on release"),

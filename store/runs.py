@@ -86,8 +86,15 @@ SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
        statement_timestamp() AS database_now
 """
 
-# Set by `ctx.transaction()` right after BEGIN, local to that transaction.
-SET_MARKER = "SELECT set_config('cronwarden.run_marker', $1, true)"
+# Set by `ctx.transaction()` right after BEGIN, local to that transaction: the marker, and how
+# long the transaction may sit idle before the server ends it ($2, e.g. '60000ms'). The commit
+# statement locks the lease row until COMMIT, a second round trip: a holder stopped or cut off
+# between the two would keep the row locked, and every acquire of the lease waiting, for as long
+# as it stays stopped. The server ends that transaction after the lease's TTL instead.
+SET_MARKER = (
+    "SELECT set_config('cronwarden.run_marker', $1, true),"
+    " set_config('idle_in_transaction_session_timeout', $2, true)"
+)
 CURRENT_MARKER = "SELECT current_setting('cronwarden.run_marker', true)"
 
 

@@ -35,7 +35,7 @@ async def proxy(database: str) -> AsyncIterator[RoundTripProxy]:
         await counting.stop()
 
 
-async def test_a_guarded_no_op_run_makes_three_postgres_round_trips_and_no_describe_once_cached(
+async def test_a_guarded_no_op_run_makes_two_postgres_round_trips_and_no_describe_once_cached(
     client: Client,
     database: str,
     pool: asyncpg.Pool,
@@ -80,7 +80,6 @@ async def test_a_guarded_no_op_run_makes_three_postgres_round_trips_and_no_descr
     counted = {label: n for label, n in proxy.counts.items() if not is_prepare(label)}
     assert counted == {
         "acquire (+ outbox look)": 1,
-        "outbox check": 1,
         "commit (fence + outbox + heartbeat + release)": 1,
     }
     # The heartbeat's next expected fire came from the worker's cache: no describe at all.

@@ -449,9 +449,8 @@ async def test_a_key_recorded_while_the_job_runs_rolls_the_jobs_writes_back_and_
 async def test_a_key_committed_while_the_acquire_waited_on_the_lock_row_is_never_run(
     client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, tmp_path: Path
 ) -> None:
-    # The acquire statement's look at the outbox comes from a snapshot taken before it waited
-    # on the lock row: a run of the key that committed (and released) meanwhile is invisible
-    # to it. Only the guard's fresh outbox check keeps the job from running again.
+    # The acquire waits on the lease row while another run of the key commits: it reads the
+    # outbox only once the row is its own, so it sees that record and never runs the job.
     key = logical_key(schedule_id, PAST_FIRE)
     lock = f"schedule:{schedule_id}"
     marker = tmp_path / "job-started"
@@ -485,7 +484,8 @@ async def test_a_key_committed_while_the_acquire_waited_on_the_lock_row_is_never
                 rows = await fetch(
                     pool,
                     "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND datname = current_database() AND query LIKE '%cronwarden.locks%'",
+                    " AND datname = current_database()"
+                    " AND query LIKE '%cronwarden.acquire_lease%'",
                 )
                 return int(rows[0]["n"]) > 0
 
