@@ -1,9 +1,10 @@
 """Every way a job can end, on the real servers: at most one effect per key, the lease freed,
 the outcome named, retried or not as docs/guarantees.md's failure matrix says.
 
-This module holds the rows about a job that ends the run's transaction itself: whatever happens
-after that (it returns, raises inside or after the block, hangs until its timeout, loses its
-lease), the run must fail without a retry, since what the job committed may have landed."""
+A job that raises anywhere (before, inside or after its transaction block) has its writes rolled
+back and is retried: the key applies once. A job that ends the run's transaction itself must fail
+without a retry, whatever happens next (it returns, raises inside or after the block, hangs until
+its timeout, loses its lease), since what it committed may have landed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from cronwarden.activities.contract import TRANSACTION_ENDED, RunOutcome, logical_key
+from cronwarden.activities.contract import RAN, TRANSACTION_ENDED, RunOutcome, logical_key
 from tests.support.database import fetch
 from tests.support.runs import count, lock_holder, start_run
 from tests.support.servers import in_process_worker
@@ -38,6 +39,22 @@ def failure_of(error: WorkflowFailureError) -> ApplicationError:
 async def attempts_started(run: WorkflowHandle[Any, RunOutcome]) -> int:
     history = await run.fetch_history()
     return sum(e.HasField("activity_task_started_event_attributes") for e in history.events)
+
+
+@pytest.mark.parametrize("at", ["before", "inside", "after-block"])
+async def test_a_job_that_raises_anywhere_is_retried_and_its_key_applies_once(
+    at: str, client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    async with in_process_worker(client, pool, task_queue):
+        run = await start_run(
+            client, task_queue, schedule_id, fire=FIRE, job="fails-at", args={"at": at}
+        )
+        outcome = await run.result()
+    assert outcome.outcome == RAN and outcome.attempt == 2
+    key = logical_key(schedule_id, FIRE)
+    assert await count(pool, "test_effects", key) == 1
+    assert await count(pool, "cronwarden.outbox", key) == 1
+    assert await lock_holder(pool, f"schedule:{schedule_id}") is None
 
 
 @pytest.mark.parametrize(

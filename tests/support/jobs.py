@@ -97,6 +97,27 @@ async def ends_transaction(ctx: JobContext) -> None:
         raise RuntimeError("failing after the block, whose transaction the job ended")
 
 
+class FailsAtArgs(BaseModel):
+    at: Literal["before", "inside", "after-block"]
+    """Where the first attempt raises: before its transaction, inside the block after its
+    write, or after the block (its transaction still open, waiting for the guard's commit)."""
+
+
+@job("fails-at", args_model=FailsAtArgs)
+async def fails_at(ctx: JobContext) -> dict[str, Any]:
+    args: FailsAtArgs = ctx.args
+    failing = ctx.attempt == 1
+    if failing and args.at == "before":
+        raise RuntimeError("failing before the transaction")
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx)
+        if failing and args.at == "inside":
+            raise RuntimeError("failing inside the block, after the write")
+    if failing and args.at == "after-block":
+        raise RuntimeError("failing after the block, before returning")
+    return {"attempt": ctx.attempt}
+
+
 class MarksStartArgs(BaseModel):
     marker: str
     """A file the job creates the moment it starts: the test sees whether the job ran at all."""

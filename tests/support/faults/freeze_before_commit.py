@@ -11,6 +11,13 @@ itself) and then runs the real commit statement, whose outcome it logs as `test.
 Before freezing it stops the run's Temporal heartbeats. Thawed, a run whose attempt timed out
 would otherwise be cancelled by Temporal at its next heartbeat, racing the commit statement: the
 scenario is about the commit statement's fencing check, so it must be the one that answers.
+
+For the same reason it lifts the transaction's idle timeout before freezing. The guard sets it to
+the lease TTL, so a transaction frozen for longer is ended by the server and the commit statement
+finds no transaction at all (test_lease_step.py walks that). A live holder can still lose its
+lease while its transaction is within that timeout: the lease runs from its last renewal, the idle
+timeout from the transaction's last statement, which may come later. The freeze stretches that
+window so the fencing check is what stands in the way.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ async def _freeze_then_commit(self: GuardedRun, ctx: Any, record: Any) -> Commit
     for task in asyncio.all_tasks():
         if task.get_name() == f"heartbeat:{ctx.logical_key}":
             task.cancel()
+    await ctx.conn.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
     _emit("test.freezing", logical_key=ctx.logical_key, in_transaction=ctx.in_transaction)
     frozen_at = time.monotonic()
     os.kill(os.getpid(), signal.SIGSTOP)
