@@ -34,7 +34,8 @@ RESULT_TIMEOUT = 90
 _DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
-CutRun = Callable[[Literal["before", "after"]], Awaitable[tuple[CommitCutter, WorkerProcess]]]
+CutMode = Literal["before", "after", "hold"]
+CutRun = Callable[[CutMode], Awaitable[tuple[CommitCutter, WorkerProcess]]]
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -45,7 +46,7 @@ async def run_through_cutter(
     through a proxy that cuts one COMMIT in `mode`; returns the proxy and the worker."""
     cutters: list[CommitCutter] = []
 
-    async def start(mode: Literal["before", "after"]) -> tuple[CommitCutter, WorkerProcess]:
+    async def start(mode: CutMode) -> tuple[CommitCutter, WorkerProcess]:
         cutter = CommitCutter(postgres_server.host, postgres_server.port, mode=mode)
         cutters.append(cutter)
         await cutter.start()
@@ -102,6 +103,31 @@ async def test_a_commit_that_landed_behind_a_cut_connection_is_recognised_as_don
     check(checks, len(confirmed) == 1, "the commit was not confirmed after the error")
     await one_key.tally("4b COMMIT landed, its answer lost with the connection", checks)
     assert await one_key.effect_attempts() == [1]
+
+
+async def test_a_commit_held_between_the_commit_statement_and_commit_is_ended_by_the_server(
+    one_key: OneKey, run_through_cutter: CutRun
+) -> None:
+    # The holder's COMMIT never reaches the server and its connection stays open: its fencing
+    # check keeps the lease row locked, and nothing on the client side can end that. The guard
+    # sets the job transaction's idle timeout to the lease TTL, so the server rolls it back and
+    # closes the connection; the guard finds the commit did not land, and the retry commits.
+    # Without that timeout the row stays locked for as long as the hold lasts (for ever here).
+    cutter, worker = await run_through_cutter("hold")
+    outcome = await asyncio.wait_for((await one_key.start(lock_ttl=3)).result(), RESULT_TIMEOUT)
+
+    checks: list[str] = []
+    check(checks, cutter.cut == 1, f"{cutter.cut} COMMITs held")
+    failed = worker.events("run.commit-failed")
+    check(
+        checks,
+        any("idle-in-transaction" in str(e.get("error")) for e in failed),
+        f"the held transaction was not ended by the server's idle timeout: {failed}",
+    )
+    check(checks, (outcome.outcome, outcome.attempt) == (RAN, 2), f"the run gave {outcome}")
+    check(checks, await one_key.committed_attempts() == [2], "the outbox is not attempt 2's")
+    await one_key.tally("4c COMMIT held open (holder stopped between statement and COMMIT)", checks)
+    assert await one_key.effect_attempts() == [2]
 
 
 async def _committed_after(pool: asyncpg.Pool, schedule_id: str, since: datetime) -> Any:

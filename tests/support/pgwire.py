@@ -153,15 +153,28 @@ class RoundTripProxy:
                 w.close()
 
 
+class Withhold(Exception):
+    """Raised by an observer: the bytes it was shown, and every later byte of that direction,
+    are read and never forwarded, while the connection stays open. The other side sees a peer
+    that stopped talking, as with a process stopped (SIGSTOP) or a network partition."""
+
+
 async def _pump(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     observe: Callable[[bytes], None] | None,
 ) -> None:
+    withholding = False
     with contextlib.suppress(OSError, asyncio.IncompleteReadError):
         while data := await reader.read(65536):
+            if withholding:
+                continue
             if observe is not None:
-                observe(data)
+                try:
+                    observe(data)
+                except Withhold:
+                    withholding = True
+                    continue
             writer.write(data)
             await writer.drain()
 

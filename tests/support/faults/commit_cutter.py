@@ -10,6 +10,10 @@ of two things:
 - `after`: forwards COMMIT, waits for the server's answer, throws the answer away and drops
   the connection. The commit DID land, and the client still sees its connection die: the case
   a guard cannot tell from the one before without looking again.
+- `hold`: never forwards COMMIT, and keeps the connection open: the holder is stopped (or cut
+  off by a partition) between its commit statement and COMMIT, with the lease row locked by its
+  fencing check. Only the server can end that transaction (its idle timeout); when it closes
+  the connection the proxy passes that on.
 
 Everything else (renewals, reads, the acquire) passes through untouched.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from tests.support.pgwire import RoundTripProxy, WireReader
+from tests.support.pgwire import RoundTripProxy, WireReader, Withhold
 
 
 class _Cut(ConnectionError):
@@ -32,7 +36,11 @@ def _is_commit(query_body: bytes) -> bool:
 
 class CommitCutter(RoundTripProxy):
     def __init__(
-        self, upstream_host: str, upstream_port: int, *, mode: Literal["before", "after"]
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        *,
+        mode: Literal["before", "after", "hold"],
     ) -> None:
         super().__init__(upstream_host, upstream_port, label=str)
         self.mode = mode
@@ -60,6 +68,8 @@ class CommitCutter(RoundTripProxy):
             self.cut += 1
             if self.mode == "before":
                 raise _Cut("COMMIT not forwarded")
+            if self.mode == "hold":
+                raise Withhold
             swallowing = True
 
         def from_server(data: bytes) -> None:
