@@ -445,7 +445,14 @@ class GuardedRun:
                 type=UNKNOWN_JOB_HERE,
             )
         log.error("run.unknown-job", job=inp.job)
-        await self._pause_orphan(inp, error, log)
+        if inp.replay:
+            # A replay is no live fire: its failure is recorded as the replay's and the live
+            # schedule keeps running. The live fires find out for themselves (and pause it, if
+            # their worker lacks the job too); pausing here would stop a schedule whose live
+            # workers may well have the job, for a replay started from somewhere else.
+            await self._record_failure(inp, error, log)
+        else:
+            await self._pause_orphan(inp, error, log)
         raise ApplicationError(error, type=UNKNOWN_JOB, non_retryable=True)
 
     async def _pause_orphan(self, inp: GuardedRunInput, error: str, log: Any) -> None:
@@ -453,11 +460,7 @@ class GuardedRun:
         the same way, so pause the schedule with a note saying why. The heartbeat row is NOT
         marked paused: this is not an operator's pause, and the monitor must keep paging."""
         note = f"{ORPHAN_NOTE_PREFIX}'{inp.job}' is not registered on worker {self._worker}"
-        try:
-            async with own_statements(self._pool) as conn:
-                await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
-        except _DB_ERRORS as exc:
-            log.warning("run.record-failure-failed", error=str(exc))
+        await self._record_failure(inp, error, log)
         if self._client is None:
             return
         try:
@@ -465,7 +468,7 @@ class GuardedRun:
                 note=note, rpc_timeout=DESCRIBE_TIMEOUT
             )
         except RPCError as exc:
-            # A replay of a deleted schedule has nothing to pause; anything else is logged, and
+            # A schedule deleted meanwhile has nothing to pause; anything else is logged, and
             # the run still fails non-retryably.
             if exc.status != RPCStatusCode.NOT_FOUND:
                 log.warning("run.orphan-pause-failed", error=str(exc))
@@ -650,9 +653,16 @@ class GuardedRun:
         raise ApplicationError(error, type=error_type) from exc
 
     async def _record_failure(self, inp: GuardedRunInput, error: str, log: Any) -> None:
+        """The run's error on the heartbeat row: a live fire's as the schedule's `last_error`,
+        a replay's apart from it (the live picture shows live fires only)."""
         try:
             async with own_statements(self._pool) as conn:
-                await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
+                if inp.replay:
+                    await heartbeats.record_replay_failure(
+                        conn, schedule_id=inp.schedule_id, logical_key=inp.logical_key, error=error
+                    )
+                else:
+                    await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
         except _DB_ERRORS as db_exc:
             log.warning("run.record-failure-failed", error=str(db_exc))
 

@@ -62,6 +62,9 @@ class ScheduleStatus:
     paused_reason: str | None
     last_error: str | None
     incident: dict[str, Any] | None
+    last_replay_error: str | None = None
+    """The last failed `backfill run` replay's error, shown apart from the live `last_error`."""
+    last_replay_error_key: str | None = None
     slots: list[timeline.Slot] | None = None
     """None: no timeline read for this schedule on this page."""
     grid_known: bool = False
@@ -152,6 +155,8 @@ def _status(
         paused_reason=beat["paused_reason"],
         last_error=beat["last_error"],
         incident=incident,
+        last_replay_error=beat["last_replay_error"],
+        last_replay_error_key=beat["last_replay_error_key"],
     )
 
 

@@ -15,7 +15,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cronwarden.activities.contract import RunOutcome, logical_key
 from cronwarden.schedules.inventory import ListedView, ScheduleView, get_view, listed_views
-from cronwarden.schedules.status import lease_skip_json
+from cronwarden.schedules.status import lease_skip_json, replay_error_json
 from cronwarden.store import definitions, heartbeats, outbox
 from cronwarden.times import utc_text_or_none
 
@@ -110,6 +110,8 @@ async def describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> 
             # Replays (`backfill run`) are recorded apart: they never move the live fields.
             "last_replay_key": beat.get("last_replay_key"),
             "last_replay_at": utc_text_or_none(beat.get("last_replay_at")),
+            # A failed replay's error, never the live `last_error` below.
+            "last_replay_error": replay_error_json(beat),
             "next_expected_at": utc_text_or_none(beat["next_expected_at"]),
             "grace_seconds": int(beat["grace"].total_seconds()),
             "paused": beat["paused"],

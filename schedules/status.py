@@ -76,6 +76,8 @@ class StatusRow:
     last_replay_key: str | None = None
     last_replay_at: datetime | None = None
     """The last `backfill run` replay committed (replays never move the live fields)."""
+    last_replay_error: dict[str, Any] | None = None
+    """The last replay that failed, apart from `last_error` (see `replay_error_json`)."""
 
     @property
     def last_success_age(self) -> timedelta | None:
@@ -111,6 +113,7 @@ class StatusRow:
                 "logical_key": self.last_replay_key,
                 "at": utc_text_or_none(self.last_replay_at),
             },
+            "last_replay_error": self.last_replay_error,
         }
 
 
@@ -134,6 +137,19 @@ def lease_skip_json(beat: dict[str, Any] | None) -> dict[str, Any] | None:
         "logical_key": beat["last_lease_skip_key"],
         "holder": beat["last_lease_skip_holder"],
         "at": utc_text_or_none(beat["last_lease_skip_at"]),
+    }
+
+
+def replay_error_json(beat: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The heartbeat row's last failed replay (`logical_key`, `error`, `at`), as `status` and
+    `describe` show it: a replay's failure is never the live schedule's `last_error`. Cleared
+    when a replay of that key commits."""
+    if beat is None or not beat.get("last_replay_error"):
+        return None
+    return {
+        "logical_key": beat["last_replay_error_key"],
+        "error": beat["last_replay_error"],
+        "at": utc_text_or_none(beat["last_replay_error_at"]),
     }
 
 
@@ -289,6 +305,7 @@ def _row(view: AnyView, beat: dict[str, Any] | None, *, now: datetime) -> Status
         last_success_at=beat["last_success_at"] if beat else None,
         last_replay_key=beat.get("last_replay_key") if beat else None,
         last_replay_at=beat.get("last_replay_at") if beat else None,
+        last_replay_error=replay_error_json(beat),
         next_expected_at=next_expected,
         health=_health(
             beat,
@@ -323,6 +340,7 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
         last_success_at=beat["last_success_at"],
         last_replay_key=beat.get("last_replay_key"),
         last_replay_at=beat.get("last_replay_at"),
+        last_replay_error=replay_error_json(beat),
         next_expected_at=beat["next_expected_at"],
         health=_health(
             beat,

@@ -69,6 +69,18 @@ UPDATE cronwarden.heartbeats
  WHERE schedule_id = $1
 """
 
+# A `backfill run` replay that failed: recorded apart from the live `last_error` (which status,
+# the status page, overdue pages and the orphan check read as the live schedule's), with the
+# key that failed. `updated_at` is left alone: the monitor lifts a stale pause only from a row
+# unchanged since it read it (`_LIFT_STALE_PAUSE`), and `apply` forgets an old pause only when
+# nothing was recorded since (`_FORGET_PAUSE`): a replay changes neither the pause nor the live
+# grid, so it must not hold either back.
+_RECORD_REPLAY_FAILURE = """
+UPDATE cronwarden.heartbeats
+   SET last_replay_error = $2, last_replay_error_key = $3, last_replay_error_at = now()
+ WHERE schedule_id = $1
+"""
+
 # A live fire that ended `overlap-locked` at the lease. UPDATE only, like the commit: a
 # schedule deleted meanwhile keeps no row.
 _RECORD_LEASE_SKIP = """
@@ -115,6 +127,13 @@ async def fill_first_fires(conn: Any, first: Sequence[tuple[str, datetime | None
 
 async def record_failure(conn: Any, *, schedule_id: str, error: str) -> None:
     await conn.execute(_RECORD_FAILURE, schedule_id, error[:2000])
+
+
+async def record_replay_failure(
+    conn: Any, *, schedule_id: str, logical_key: str, error: str
+) -> None:
+    """A failed replay's error, apart from the live one (see `_RECORD_REPLAY_FAILURE`)."""
+    await conn.execute(_RECORD_REPLAY_FAILURE, schedule_id, error[:2000], logical_key)
 
 
 async def record_lease_skip(

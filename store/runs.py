@@ -7,6 +7,9 @@ No network call is made while it runs: the next expected fire is picked here, by
 clock, from the times the worker cached (activities/next_fires.py). By this statement's clock
 (`statement_timestamp()`), not now(): inside the job's transaction now() is the time of its
 BEGIN, and a job that took long would pick a fire that has already passed by its COMMIT.
+Every time it writes is that clock too (the last success, the outbox record's `committed_at`,
+the released lease's `expires_at`, the last replay): a job that held its transaction for an
+hour committed at its end, not at its start.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ WITH fence AS (
     -- local to it): a job that committed it and began another must not commit the outbox
     -- record with the writes it made after that.
     UPDATE cronwarden.locks
-       SET holder = NULL, expires_at = now()
+       SET holder = NULL, expires_at = statement_timestamp()
      WHERE name = $1 AND token = $2
        AND ($17::text IS NULL OR current_setting('cronwarden.run_marker', true) = $17)
     RETURNING token
@@ -32,7 +35,8 @@ WITH fence AS (
     INSERT INTO cronwarden.outbox AS o
            (logical_key, schedule_id, fire_time, result, committed_at, attempt, fencing_token,
             worker, args_digest, workflow_id, run_id)
-    SELECT $3, $4, $5, $6::jsonb, now(), $7, fence.token, $8, $9, $10, $11 FROM fence
+    SELECT $3, $4, $5, $6::jsonb, statement_timestamp(), $7, fence.token, $8, $9, $10, $11
+      FROM fence
     ON CONFLICT (logical_key) DO NOTHING
     RETURNING o.logical_key
 ), beat AS (
@@ -45,7 +49,7 @@ WITH fence AS (
         last_logical_key = CASE WHEN h.last_fire_time IS NULL OR $5 >= h.last_fire_time
                                 THEN $3 ELSE h.last_logical_key END,
         last_fire_time = GREATEST(h.last_fire_time, $5),
-        last_success_at = now(),
+        last_success_at = statement_timestamp(),
         -- The first cached fire after this statement's time, never the worker's clock; only
         -- times described from the definition the row was applied with (a row applied before
         -- rows carried a digest takes them as before). None: the row keeps its deadline.
@@ -60,18 +64,27 @@ WITH fence AS (
             h.next_expected_at) END,
         grace = $13,
         last_error = NULL,
-        updated_at = now()
+        updated_at = statement_timestamp()
       FROM recorded
      WHERE h.schedule_id = $4 AND $14 AND NOT $16
     RETURNING h.definition_digest IS NULL OR h.definition_digest = $15 AS times_accepted
 ), replayed AS (
     -- A replay re-applies a past fire: it records itself apart and never moves the live
     -- grid's last success, next expected fire or last error, so it cannot hide a live fire
-    -- that has not committed.
+    -- that has not committed. Nor `updated_at`: the monitor lifts a stale pause only from a
+    -- row unchanged since it read it, and `apply` forgets an old pause only when nothing was
+    -- recorded since (store/heartbeats.py); a replay changes neither the pause nor the grid.
+    -- Committing the key a replay failed on clears that failure; another key's commit does
+    -- not (the failed key is still not done).
     UPDATE cronwarden.heartbeats AS h SET
-        last_replay_at = now(),
+        last_replay_at = statement_timestamp(),
         last_replay_key = $3,
-        updated_at = now()
+        last_replay_error = CASE WHEN h.last_replay_error_key = $3 THEN NULL
+                                 ELSE h.last_replay_error END,
+        last_replay_error_at = CASE WHEN h.last_replay_error_key = $3 THEN NULL
+                                    ELSE h.last_replay_error_at END,
+        last_replay_error_key = CASE WHEN h.last_replay_error_key = $3 THEN NULL
+                                     ELSE h.last_replay_error_key END
       FROM recorded
      WHERE h.schedule_id = $4 AND $14 AND $16
     RETURNING 1

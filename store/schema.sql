@@ -163,6 +163,19 @@ END
 $$;
 
 --
+-- Name: locks_delete_places(); Type: FUNCTION; Schema: cronwarden; Owner: -
+--
+
+CREATE FUNCTION cronwarden.locks_delete_places() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    DELETE FROM cronwarden.lock_waiters w WHERE w.name = OLD.name;
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: definition_history; Type: TABLE; Schema: cronwarden; Owner: -
 --
 
@@ -195,7 +208,10 @@ CREATE TABLE cronwarden.heartbeats (
     last_lease_skip_at timestamp with time zone,
     definition_digest text,
     last_replay_at timestamp with time zone,
-    last_replay_key text
+    last_replay_key text,
+    last_replay_error text,
+    last_replay_error_key text,
+    last_replay_error_at timestamp with time zone
 );
 
 --
@@ -477,6 +493,12 @@ CREATE INDEX outbox_schedule_fire_time ON cronwarden.outbox USING btree (schedul
 --
 
 CREATE TRIGGER heartbeats_alert_after BEFORE INSERT OR UPDATE OF next_expected_at, grace ON cronwarden.heartbeats FOR EACH ROW EXECUTE FUNCTION cronwarden.heartbeats_set_alert_after();
+
+--
+-- Name: locks locks_delete_places; Type: TRIGGER; Schema: cronwarden; Owner: -
+--
+
+CREATE TRIGGER locks_delete_places AFTER DELETE ON cronwarden.locks FOR EACH ROW EXECUTE FUNCTION cronwarden.locks_delete_places();
 
 --
 -- Name: incidents incidents_parent_id_fkey; Type: FK CONSTRAINT; Schema: cronwarden; Owner: -

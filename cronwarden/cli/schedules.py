@@ -228,6 +228,11 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             lines.append(
                 f"last replay  {beat['last_replay_key']}, committed {beat['last_replay_at']}"
             )
+        if beat is not None and beat["last_replay_error"]:
+            failed = beat["last_replay_error"]
+            lines.append(
+                f"replay error {failed['logical_key']} at {failed['at']}: {failed['error']}"
+            )
         out.print(escape("\n".join(lines)))
 
     run_command(go)
@@ -436,6 +441,17 @@ def _print_status(
             f"{escape(system_incident['summary'])}"
         )
     print_wide(table)
+    replay_failures = [r for r in rows if r.last_replay_error]
+    if replay_failures:
+        # Apart from the table's "last error", which is the live schedule's: a replay re-ran a
+        # past fire, and its failure says nothing about the fires Temporal starts.
+        out.print("replays that failed (`backfill run`; not the live schedule's error):")
+        for r in replay_failures:
+            failed = r.last_replay_error or {}
+            out.print(
+                f"  {escape(r.schedule_id)} {escape(str(failed['logical_key']))}: "
+                f"{escape(_clip(str(failed['error']), 200))}"
+            )
     if dead:
         # Pages that never reached a sink: someone must look, the monitor will not retry them.
         out.print(f"[bold red]{len(dead)} notification(s) could not be delivered[/] (last 7 days):")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +23,14 @@ from cronwarden.activities.contract import (
 )
 from cronwarden.activities.guard import GuardedRun
 from cronwarden.activities.jobs import REGISTRY, JobRegistry
+from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.status import build_rows
 from cronwarden.store import heartbeats, locks
 from cronwarden.store.runs import CommitRecord, commit_run
 from cronwarden.workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 from tests.support.database import fetch
 from tests.support.runs import FIRE, args_digest, effects, lease_holder, start_run
+from tests.support.schedules import yearly_definition
 from tests.support.servers import in_process_worker
 from tests.support.waiting import wait_for
 
@@ -439,3 +442,85 @@ async def test_a_release_after_its_own_commit_is_not_taken_for_a_lost_lease(
     # Before the commit phase, or with no commit of its own, the lease was taken.
     assert await guard._lost_at_release(record, "job")
     assert await guard._lost_at_release(replace(record, logical_key=f"{key}-other"), "commit")
+
+
+# -- a replay never touches the live picture: its failures are its own
+
+
+async def test_a_failing_replay_records_its_error_apart_from_the_live_schedules(
+    client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
+) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
+            schedule_id,
+        )
+        before = await heartbeats.get(conn, schedule_id)
+    assert before is not None
+    key = logical_key(schedule_id, FIRE)
+    handle = await start_run(
+        client, task_queue, schedule_id, args={"fail_attempts": 5}, max_attempts=2, replay=True
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert failure_type(failed.value) == "JobFailed"
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, schedule_id)
+    assert beat is not None
+    # Not the live schedule's error: `status`, the status page and overdue pages show that one.
+    assert beat["last_error"] is None
+    assert "probe failing on purpose (attempt 2)" in (beat["last_replay_error"] or "")
+    assert beat["last_replay_error_key"] == key
+    assert beat["last_replay_error_at"] is not None
+    # Nor a change the monitor's stale-pause check would have to wait out.
+    assert beat["updated_at"] == before["updated_at"]
+    [row] = build_rows([], {schedule_id: beat}, now=datetime.now(UTC))
+    assert row.as_json()["last_error"] is None
+    assert row.as_json()["last_replay_error"]["logical_key"] == key
+
+    # A replay of another key committing leaves the failure: that key is still not done.
+    other = await start_run(
+        client, task_queue, schedule_id, fire=FIRE + timedelta(hours=1), replay=True
+    )
+    assert (await other.result()).outcome == RAN
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, schedule_id)
+    assert beat is not None and beat["last_replay_error_key"] == key
+    # The failed key committing clears it.
+    again = await start_run(client, task_queue, schedule_id, replay=True)
+    assert (await again.result()).outcome == RAN
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, schedule_id)
+    assert beat is not None
+    assert (beat["last_replay_error"], beat["last_replay_error_key"]) == (None, None)
+    assert beat["last_replay_error_at"] is None
+
+
+async def test_a_replay_on_a_worker_without_the_job_fails_and_leaves_the_schedule_running(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    # The orphan path pauses a schedule whose live fire lands on a worker without its job. A
+    # replay is no live fire (it may be started against another deployment): it fails, with
+    # its error recorded as the replay's, and the live schedule keeps running.
+    await apply_definitions(client, pool, [yearly_definition(schedule_id)], task_queue=task_queue)
+    schedule = client.get_schedule_handle(schedule_id)
+    registry = JobRegistry()
+    registry.register(REGISTRY.get("noop-digest"))
+    other_queue = f"{task_queue}-old"
+    try:
+        async with in_process_worker(client, pool, other_queue, registry):
+            replay = await start_run(client, other_queue, schedule_id, max_attempts=1, replay=True)
+            with pytest.raises(WorkflowFailureError) as failed:
+                await replay.result()
+        desc = await schedule.describe()
+    finally:
+        await schedule.delete()
+    assert failure_type(failed.value) == "UnknownJob"
+    assert desc.schedule.state.paused is False
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, schedule_id)
+    assert beat is not None
+    assert beat["paused"] is False
+    assert beat["last_error"] is None
+    assert (beat["last_replay_error"] or "").startswith("unknown job 'probe'")
+    assert beat["last_replay_error_key"] == logical_key(schedule_id, FIRE)

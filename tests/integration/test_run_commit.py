@@ -21,12 +21,14 @@ from cronwarden.activities.contract import (
     RunOutcome,
     logical_key,
 )
+from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.describe import describe_json
 from cronwarden.schedules.inventory import get_view
 from cronwarden.schedules.mapping import definition_digest
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.status import build_rows
+from cronwarden.store import heartbeats
 from tests.support.database import fetch
 from tests.support.runs import (
     WatchedDescribes,
@@ -337,6 +339,104 @@ async def test_a_replays_commit_records_the_replay_and_leaves_the_live_heartbeat
     assert described["heartbeat"]["last_replay_key"] == key
     [row] = build_rows([view], {schedule_id: dict(after)}, now=datetime.now(UTC))
     assert row.as_json()["last_replay"]["logical_key"] == key
+
+
+async def test_a_replays_commit_leaves_updated_at_so_the_monitor_still_lifts_a_stale_pause(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    # `updated_at` is what the monitor's stale-pause check compares: a pause recorded on the
+    # row that Temporal no longer holds is lifted only if the row is unchanged since the pass
+    # read it, so a `schedules pause` landing meanwhile stands. A replay committing in between
+    # changes no pause: it must not make the pass give up the lift.
+    await apply_definitions(client, pool, [definition(schedule_id, "1h")], task_queue=task_queue)
+    async with pool.acquire() as conn:
+        # Recorded as paused, but running in Temporal (unpaused in its UI).
+        await heartbeats.pause(conn, schedule_id=schedule_id, reason="disk swap")
+        seen = await heartbeats.paused_rows(conn)
+    pauses = PauseCheck(lambda: _connected(client))
+    try:
+        [lift] = await pauses.lifts(seen)
+        async with in_process_worker(client, pool, task_queue):
+            replay = await start_guarded(client, task_queue, schedule_id, PAST_FIRE, replay=True)
+            assert (await replay.result()).outcome == RAN
+    finally:
+        await client.get_schedule_handle(schedule_id).delete()
+    after = await heartbeat(pool, schedule_id)
+    assert after["last_replay_key"] == logical_key(schedule_id, PAST_FIRE)
+    assert after["updated_at"] == lift.seen_updated_at
+    async with pool.acquire() as conn:
+        assert await heartbeats.lift_stale_pause(
+            conn,
+            schedule_id=schedule_id,
+            seen_updated_at=lift.seen_updated_at,
+            next_expected_at=lift.next_expected_at,
+        )
+    assert (await heartbeat(pool, schedule_id))["paused"] is False
+
+
+async def _connected(client: Client) -> Client:
+    return client
+
+
+async def job_transaction_began(pool: asyncpg.Pool) -> datetime | None:
+    """When the one open, idle transaction of the test database began (the job's), if any."""
+    rows = await fetch(
+        pool,
+        "SELECT xact_start FROM pg_stat_activity WHERE datname = current_database()"
+        " AND state LIKE 'idle in transaction%'",
+    )
+    began: datetime | None = rows[0]["xact_start"] if rows else None
+    return began
+
+
+async def test_a_long_jobs_commit_records_the_time_of_its_commit_not_of_its_begin(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, tmp_path: Path
+) -> None:
+    # Inside the job's transaction now() is the time of its BEGIN: a job holding it an hour
+    # would show its last success, its outbox record and its lease's release an hour early.
+    defn = definition(schedule_id, "1h")
+    idle_queue = f"{task_queue}-idle"
+    await apply_definitions(client, pool, [defn], task_queue=idle_queue)
+    gate = tmp_path / f"gate-{uuid.uuid4().hex}"
+    try:
+        async with in_process_worker(client, pool, task_queue):
+            run = await start_guarded(
+                client,
+                task_queue,
+                schedule_id,
+                PAST_FIRE,
+                job="gated",
+                args={"gate": str(gate), "in_transaction": True},
+                definition_digest=definition_digest(defn, task_queue=idle_queue),
+            )
+            began = await wait_for(
+                lambda: job_transaction_began(pool), timeout=30, what="the job's transaction"
+            )
+            assert began is not None
+
+            async def past_begin() -> bool:
+                return await database_now(pool) > began
+
+            await wait_for(past_begin, timeout=30, what="the database clock past the BEGIN")
+            released_at = await database_now(pool)
+            gate.touch()
+            assert (await run.result()).outcome == RAN
+    finally:
+        await client.get_schedule_handle(schedule_id).delete()
+    key = logical_key(schedule_id, PAST_FIRE)
+    [record] = await fetch(
+        pool, "SELECT committed_at FROM cronwarden.outbox WHERE logical_key = $1", key
+    )
+    [lease] = await fetch(
+        pool,
+        "SELECT holder, expires_at FROM cronwarden.locks WHERE name = $1",
+        f"schedule:{schedule_id}",
+    )
+    beat = await heartbeat(pool, schedule_id)
+    assert beat["last_logical_key"] == key
+    assert beat["last_success_at"] >= released_at
+    assert record["committed_at"] >= released_at
+    assert lease["holder"] is None and lease["expires_at"] >= released_at
 
 
 # -- the job's timeout, counted from the moment the lease is taken

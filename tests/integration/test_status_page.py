@@ -289,17 +289,23 @@ async def test_what_a_run_or_an_incident_says_is_shown_as_text_never_as_markup(
     pool: asyncpg.Pool, served: Served, schedule_id: str
 ) -> None:
     script = "<script>alert(1)</script>"
+    replay_error = "<b>a replay failed</b>"
     await pool.execute(
         "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, last_error,"
-        " paused, paused_reason) VALUES ($1, now() + interval '1 hour', $2, true, $2)",
+        " paused, paused_reason, last_replay_error, last_replay_error_key)"
+        " VALUES ($1, now() + interval '1 hour', $2, true, $2, $3, 'k@2026-01-05T09:30:00Z')",
         schedule_id,
         script,
+        replay_error,
     )
     _, overview = await http_get_text(served.port, "/")
     status, detail = await http_get_text(served.port, f"/schedules/{schedule_id}")
     assert status == 200
     for html in (overview, detail):
         assert script not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    # A failed replay's error is shown apart from the live one, labelled as the replay's.
+    assert replay_error not in detail and "&lt;b&gt;a replay failed&lt;/b&gt;" in detail
+    assert "Last replay error (<code>k@2026-01-05T09:30:00Z</code>" in detail
     assert (await http_get_text(served.port, "/schedules/no-such-schedule"))[0] == 404
 
 
