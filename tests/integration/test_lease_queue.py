@@ -203,6 +203,29 @@ async def test_taking_a_per_key_lease_sweeps_the_schedules_released_ones(
     assert [r["name"] for r in rows] == ["key:sw@9", "key:sw@running"]
 
 
+async def test_the_per_key_sweep_takes_the_places_of_dead_waiters_with_the_leases(
+    pool: asyncpg.Pool,
+) -> None:
+    # A replay queued at a per-fire-time lease and died there: nobody takes that lease again
+    # once its key is done, so its place would outlive the swept lease for ever.
+    held = await take(pool, request("key:pw@1", "live", schedule_id="pw"))
+    queued = await take(
+        pool, request("key:pw@1", "dead", schedule_id="pw", replay=True, wait_for_any=True)
+    )
+    assert queued.queued
+    await release(pool, "key:pw@1", held.token)
+    await age_leases(pool, "pw")
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.lock_waiters SET expires_at = now() - interval '2 minutes'"
+            " WHERE name = 'key:pw@1'"
+        )
+    new = await take(pool, request("key:pw@2", "next", schedule_id="pw", per_key=True))
+    assert new.token is not None
+    assert await lock_row(pool, "key:pw@1") is None
+    assert await waiters(pool, "key:pw@1") == []
+
+
 async def test_a_live_fire_refused_by_a_replay_that_took_the_lease_meanwhile_waits_for_it(
     pool: asyncpg.Pool,
 ) -> None:
