@@ -53,6 +53,7 @@ ROW_KEYS = {
     "last_lease_skip",
     "incident",
     "last_replay",
+    "last_replay_error",
 }
 
 
@@ -129,6 +130,13 @@ async def test_status_json_parses_and_has_the_documented_keys(
             "last_error = 'JobFailed: boom' WHERE schedule_id = $1",
             overdue,
         )
+        # A `backfill run` replay of the first that failed: shown apart, never as last_error.
+        await conn.execute(
+            "UPDATE cronwarden.heartbeats SET last_replay_error = 'JobFailed: replayed', "
+            "last_replay_error_key = $2, last_replay_error_at = now() WHERE schedule_id = $1",
+            late,
+            f"{late}@2025-01-01T03:00:00Z",
+        )
     try:
 
         async def all_listed() -> dict[str, dict[str, Any]]:
@@ -149,6 +157,18 @@ async def test_status_json_parses_and_has_the_documented_keys(
     assert rows[overdue]["health"] == "overdue"
     assert rows[overdue]["last_error"] == "JobFailed: boom"
     assert rows[overdue]["last_success"]["logical_key"] is None
+    assert rows[late]["last_error"] is None
+    failed = rows[late]["last_replay_error"]
+    assert (failed["logical_key"], failed["error"]) == (
+        f"{late}@2025-01-01T03:00:00Z",
+        "JobFailed: replayed",
+    )
+    assert failed["at"].endswith("Z")
+    assert rows[overdue]["last_replay_error"] is None
+    table = await cli(cli_env, "status")
+    assert table.code == 0, table
+    listed = table.stdout.split("replays that failed", 1)[1]
+    assert f"{late} {late}@2025-01-01T03:00:00Z: JobFailed: replayed" in listed
     assert rows[foreign]["managed"] is False
     assert rows[foreign]["health"] == "untracked"
     for row in (rows[late], rows[overdue]):
