@@ -181,7 +181,10 @@ class GuardedRun:
             return self._already_done(inp, got.done_args_digest, info.attempt, log)
         if got.token is None:
             log.info("run.overlap-locked", lock=inp.lock_name, held_by=got.held_for)
-            if not inp.replay:
+            # Only a `skip` fire is skipped here. A buffer_one fire (`wait_for_any`) waited for
+            # the lease: its workflow asks again or fails it loudly as OverlapTimeout, and a
+            # skip recorded as well would count one fire twice, once skipped and once failed.
+            if not inp.replay and not inp.wait_for_any:
                 await self._record_lease_skip(inp, got.held_for, log)
             return RunOutcome(
                 OVERLAP_LOCKED, inp.logical_key, attempt=info.attempt, held_by=got.held_for

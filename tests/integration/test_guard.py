@@ -314,6 +314,10 @@ async def test_buffer_one_fails_loudly_when_the_lease_stays_held_past_its_timeou
     client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
 ) -> None:
     async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
+            schedule_id,
+        )
         await locks.acquire(
             conn, name=f"schedule:{schedule_id}", holder="other", ttl_seconds=120, logical_key="o@x"
         )
@@ -322,6 +326,12 @@ async def test_buffer_one_fails_loudly_when_the_lease_stays_held_past_its_timeou
         await handle.result()
     assert failure_type(failed.value) == "OverlapTimeout"
     assert await effects(pool, logical_key(schedule_id, FIRE)) == 0
+    # Counted once, as the failure it is: a buffer_one fire is not skipped at the lease, it
+    # waits, and a wait that runs out fails the run (backfill lists the key).
+    rows = await fetch(
+        pool, "SELECT lease_skips FROM cronwarden.heartbeats WHERE schedule_id = $1", schedule_id
+    )
+    assert rows[0]["lease_skips"] == 0
 
 
 async def test_a_lease_skip_that_could_not_be_recorded_is_retried_and_then_recorded(
