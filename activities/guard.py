@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -26,6 +26,7 @@ from cronwarden.activities import next_fires
 from cronwarden.activities.context import RunContext
 from cronwarden.activities.contract import (
     ALREADY_DONE,
+    ATTEMPT_ABANDONED,
     COMMIT_FAILED,
     INVALID_ARGS,
     INVALID_RESULT,
@@ -45,7 +46,7 @@ from cronwarden.activities.contract import (
     parse_fire_time,
 )
 from cronwarden.activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
-from cronwarden.activities.lease import LeaseRequest, acquire_lease
+from cronwarden.activities.lease import AttemptAbandoned, LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from cronwarden.store import heartbeats, locks, outbox
 from cronwarden.store.pool import own_statements
@@ -153,28 +154,32 @@ class GuardedRun:
         holder = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
 
         with self._phase("acquire", inp):
-            got = await acquire_lease(
-                self._pool,
-                LeaseRequest(
-                    name=inp.lock_name,
-                    holder=holder,
-                    attempt=info.attempt,
-                    ttl_seconds=inp.lock_ttl_seconds,
-                    logical_key=inp.logical_key,
-                    schedule_id=inp.schedule_id,
-                    run_deadline_seconds=_run_deadline_seconds(info, inp),
-                    replay=inp.replay,
-                    wait_for_any=inp.wait_for_any,
-                    wait_seconds=lease_wait_seconds(
-                        inp.lock_wait_seconds,
-                        scheduled=info.scheduled_time,
-                        attempt_scheduled=info.current_attempt_scheduled_time,
+            try:
+                got = await acquire_lease(
+                    self._pool,
+                    LeaseRequest(
+                        name=inp.lock_name,
+                        holder=holder,
+                        attempt=info.attempt,
+                        ttl_seconds=inp.lock_ttl_seconds,
+                        logical_key=inp.logical_key,
+                        schedule_id=inp.schedule_id,
+                        run_deadline_seconds=_run_deadline_seconds(info, inp),
+                        replay=inp.replay,
+                        wait_for_any=inp.wait_for_any,
+                        wait_seconds=lease_wait_seconds(
+                            inp.lock_wait_seconds,
+                            scheduled=info.scheduled_time,
+                            attempt_scheduled=info.current_attempt_scheduled_time,
+                        ),
+                        per_key=inp.per_key_lease,
                     ),
-                    per_key=inp.per_key_lease,
-                ),
-                log=log,
-                heartbeat=activity.heartbeat,
-            )
+                    log=log,
+                    heartbeat=activity.heartbeat,
+                    still_current=self._still_current_check(info),
+                )
+            except AttemptAbandoned as exc:
+                raise await self._abandoned(inp, log, where="queued for the lease") from exc
         if got.took_over:
             self._metrics.lease_taken_over()
         if got.already_done:
@@ -319,6 +324,8 @@ class GuardedRun:
                     # The job ended the transaction itself (a COMMIT, ROLLBACK or script): its
                     # writes may have landed without the outbox record. Never write the record.
                     raise _transaction_ended(inp, log)
+                if await self._abandoned_by_temporal():
+                    raise await self._abandoned(inp, log, where="about to commit")
                 committed = await self._commit(ctx, record)
         except asyncio.CancelledError as exc:
             await ctx.rollback()
@@ -655,6 +662,58 @@ class GuardedRun:
         await self._record_failure(inp, error, log)
         raise ApplicationError(error, type=error_type) from exc
 
+    def _still_current_check(self, info: activity.Info) -> Callable[[], Awaitable[bool]] | None:
+        if self._client is None or not _last_attempt(info):
+            return None
+
+        async def still_current() -> bool:
+            return await self._attempt_current(info)
+
+        return still_current
+
+    async def _abandoned_by_temporal(self) -> bool:
+        """Only a run's last attempt asks, right before its commit (the job's transaction is
+        open: the ask is bounded by DESCRIBE_TIMEOUT, and the server's idle timeout ends the
+        transaction should it take longer). A worker cut off from Temporal but not from
+        Postgres never hears that Temporal timed its attempt out: the Python SDK cancels an
+        activity only when a heartbeat comes back refused, and there is no heartbeat coming
+        back. An earlier attempt may commit regardless: its retry finds the key done. The last
+        one would commit a key whose run Temporal has already failed (the schedule paused on
+        failure, a page sent, backfill listing it), so it asks first."""
+        info = activity.info()
+        if self._client is None or not _last_attempt(info):
+            return False
+        return not await self._attempt_current(info)
+
+    async def _attempt_current(self, info: activity.Info) -> bool:
+        """Temporal still waits for this attempt: its run is open and this is the attempt it
+        has pending. False when Temporal cannot be asked: the attempt's heartbeats cannot reach
+        it either, and its heartbeat timeout will end the attempt."""
+        assert self._client is not None
+        handle = self._client.get_workflow_handle(
+            info.workflow_id or "", run_id=info.workflow_run_id
+        )
+        try:
+            desc = await handle.describe(rpc_timeout=DESCRIBE_TIMEOUT)
+        except (RPCError, TimeoutError, OSError):
+            return False
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return False
+        return any(
+            pending.activity_id == info.activity_id and pending.attempt == info.attempt
+            for pending in desc.raw_description.pending_activities
+        )
+
+    async def _abandoned(self, inp: GuardedRunInput, log: Any, *, where: str) -> ApplicationError:
+        error = (
+            f"the last attempt of {inp.logical_key} was given up: Temporal no longer waits for "
+            f"it, or could not be reached ({where}); this worker may be cut off from Temporal. "
+            "Nothing was committed"
+        )
+        log.error("run.abandoned-by-temporal", where=where)
+        await self._record_failure(inp, error, log)
+        return ApplicationError(error, type=ATTEMPT_ABANDONED)
+
     async def _record_failure(self, inp: GuardedRunInput, error: str, log: Any) -> None:
         """The run's error on the heartbeat row: a live fire's as the schedule's `last_error`,
         a replay's apart from it (the live picture shows live fires only)."""
@@ -712,6 +771,11 @@ def _ran(record: CommitRecord) -> RunOutcome:
         fencing_token=record.token,
         attempt=record.attempt,
     )
+
+
+def _last_attempt(info: activity.Info) -> bool:
+    policy = info.retry_policy
+    return policy is not None and 0 < policy.maximum_attempts <= info.attempt
 
 
 def lease_wait_seconds(

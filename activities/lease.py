@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +39,19 @@ HEARTBEAT_EVERY = 2.0
 # release by holder (the lease then also expires by itself after its TTL).
 STATEMENT_GRACE_SECONDS = 10.0
 
+# A run's last attempt, queued, asks Temporal this often whether it still waits for it (see
+# `acquire_lease`'s `still_current`).
+STILL_CURRENT_EVERY = 5.0
+
 _DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
 class LeaseRowLocked(Exception):
     """The lease row stayed locked far longer than any holder's transaction may stay open."""
+
+
+class AttemptAbandoned(Exception):
+    """Temporal no longer waits for this attempt (or cannot be asked): it left the queue."""
 
 
 @dataclass(frozen=True)
@@ -72,11 +80,19 @@ async def acquire_lease(
     *,
     log: Any,
     heartbeat: Callable[[], None] | None = None,
+    still_current: Callable[[], Awaitable[bool]] | None = None,
 ) -> locks.Acquisition:
     """The lease, an already-done key, or (after waiting as long as the request allows) the
     run holding the lease. A cancellation at any point leaves neither a lease nor a queue place
-    behind."""
+    behind.
+
+    `still_current`, given for a run's last attempt, is asked every STILL_CURRENT_EVERY seconds
+    while the run is queued. A worker cut off from Temporal but not from Postgres never hears
+    that Temporal timed its attempt out (its heartbeats go nowhere, and nothing cancels it), and
+    would keep its place, ahead of live runs, for the whole wait. Earlier attempts need no such
+    check: their retry takes the same place over (store/migrations/0009: stale)."""
     give_up_at = time.monotonic() + req.wait_seconds
+    checked_at = time.monotonic()
     beating: asyncio.Task[None] | None = None
     queued = False
     locked_since: float | None = None
@@ -110,6 +126,14 @@ async def acquire_lease(
                 if queued:
                     await _leave(pool, req, log)
                 return got
+            if still_current is not None and time.monotonic() - checked_at >= STILL_CURRENT_EVERY:
+                if not await still_current():
+                    await _leave(pool, req, log)
+                    raise AttemptAbandoned(
+                        f"Temporal no longer waits for this attempt of {req.logical_key} (or "
+                        "could not be asked): it left the lease's queue"
+                    )
+                checked_at = time.monotonic()
             if beating is None:
                 log.info(
                     "run.lease-waiting",

@@ -129,7 +129,9 @@ class RoundTripProxy:
     def _count(self, query: str) -> None:
         self.counts[self._label(query)] += 1
 
-    def _observers(self) -> tuple[Callable[[bytes], None], Callable[[bytes], None] | None]:
+    def _observers(
+        self,
+    ) -> tuple[Callable[[bytes], None] | None, Callable[[bytes], None] | None]:
         """What sees one connection's client bytes and server bytes, each before it is
         forwarded. An observer that raises ConnectionError ends the connection there."""
         return WireReader(self._count).feed, None
