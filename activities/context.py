@@ -35,12 +35,15 @@ class RunContext:
         attempt: int,
         args: Any,
         log: structlog.typing.FilteringBoundLogger,
-        idle_timeout_seconds: float,
+        idle_timeout_seconds: float | None,
+        commit_idle_timeout_seconds: float,
         before_transaction: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """`idle_timeout_seconds`: how long the job's transaction may sit idle before the
-        server ends it (the lease's TTL, so a stopped holder keeps the lease row locked no
-        longer than its lease would have lasted)."""
+        server ends it while the job runs (None: no bound). `commit_idle_timeout_seconds`:
+        the same between the commit statement and COMMIT, when the transaction holds the lease
+        row's lock (the lease's TTL: a stopped holder keeps the row locked no longer than its
+        lease would have lasted)."""
         self.schedule_id = schedule_id
         self.fire_time = fire_time
         self.logical_key = logical_key
@@ -56,7 +59,8 @@ class RunContext:
         self.abandoned = False
         """The block raised and rolled back (the job may have caught the error)."""
         self._before_transaction = before_transaction
-        self._idle_timeout = f"{max(int(idle_timeout_seconds * 1000), 1)}ms"
+        self._idle_timeout = _milliseconds(idle_timeout_seconds)
+        self.commit_idle_timeout = _milliseconds(commit_idle_timeout_seconds)
         self.marker: str | None = None
         """Set local to the job's transaction: the commit statement checks it is still there,
         so a job that committed it and began another cannot commit the outbox record."""
@@ -165,3 +169,8 @@ class RunContext:
             activity.heartbeat()
         else:
             activity.heartbeat(details)
+
+
+def _milliseconds(seconds: float | None) -> str:
+    """A timeout setting's value; '0' (no timeout) for None."""
+    return "0" if seconds is None else f"{max(int(seconds * 1000), 1)}ms"

@@ -222,7 +222,8 @@ class GuardedRun:
             args=args,
             log=log,
             before_transaction=self._before_transaction(inp),
-            idle_timeout_seconds=inp.lock_ttl_seconds,
+            idle_timeout_seconds=_job_idle_timeout(info, inp),
+            commit_idle_timeout_seconds=inp.lock_ttl_seconds,
         )
         record = CommitRecord(
             lock_name=inp.lock_name,
@@ -319,6 +320,7 @@ class GuardedRun:
                     ),
                     write_heartbeat=fires.exists,
                     transaction_marker=ctx.marker,
+                    commit_idle_timeout=ctx.commit_idle_timeout if ctx.in_transaction else None,
                 )
                 if ctx.in_transaction and not ctx.conn.is_in_transaction():
                     # The job ended the transaction itself (a COMMIT, ROLLBACK or script): its
@@ -771,6 +773,22 @@ def _ran(record: CommitRecord) -> RunOutcome:
         fencing_token=record.token,
         attempt=record.attempt,
     )
+
+
+# Past the job's own timeout, what may still happen in its transaction before the commit
+# statement: the next fires (cached, or a describe of at most DESCRIBE_TIMEOUT), a last attempt's
+# question to Temporal (the same bound), the guard's own scheduling on a loaded worker.
+JOB_IDLE_MARGIN_SECONDS = 30.0
+
+
+def _job_idle_timeout(info: activity.Info, inp: GuardedRunInput) -> float | None:
+    """How long the job's transaction may sit idle while the job runs: never less than the
+    job may take, so only a stopped or cut-off holder is ended by it (the guard times a slow
+    job out itself, counted from the lease, and rolls its transaction back)."""
+    if inp.timeout_seconds is not None:
+        return inp.timeout_seconds + JOB_IDLE_MARGIN_SECONDS
+    timeout = info.start_to_close_timeout
+    return timeout.total_seconds() + JOB_IDLE_MARGIN_SECONDS if timeout else None
 
 
 def _last_attempt(info: activity.Info) -> bool:

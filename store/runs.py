@@ -90,6 +90,12 @@ WITH fence AS (
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+       -- From here to COMMIT (the next round trip) the fence keeps the lease row locked: a
+       -- holder stopped or cut off in between is ended by the server after this long idle
+       -- ($19, the lease's TTL), instead of holding every acquire of the lease for as long as
+       -- it stays stopped. NULL: no job transaction (the statement commits by itself).
+       CASE WHEN $19::text IS NOT NULL
+            THEN set_config('idle_in_transaction_session_timeout', $19, true) END AS idle_set,
        EXISTS (SELECT 1 FROM recorded) AS recorded,
        ($17::text IS NULL OR current_setting('cronwarden.run_marker', true) = $17)
            AS own_transaction,
@@ -100,10 +106,11 @@ SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
 """
 
 # Set by `ctx.transaction()` right after BEGIN, local to that transaction: the marker, and how
-# long the transaction may sit idle before the server ends it ($2, e.g. '60000ms'). The commit
-# statement locks the lease row until COMMIT, a second round trip: a holder stopped or cut off
-# between the two would keep the row locked, and every acquire of the lease waiting, for as long
-# as it stays stopped. The server ends that transaction after the lease's TTL instead.
+# long the transaction may sit idle before the server ends it while the job runs ($2, e.g.
+# '960000ms': the job's timeout and a margin, so it never ends a healthy job, which the guard
+# times out first; it ends the transaction of a holder stopped or cut off mid-job, whose row
+# locks would otherwise block the taker's job). The commit statement tightens it to the lease's
+# TTL for the moment between itself and COMMIT.
 SET_MARKER = (
     "SELECT set_config('cronwarden.run_marker', $1, true),"
     " set_config('idle_in_transaction_session_timeout', $2, true)"
@@ -136,6 +143,9 @@ class CommitRecord:
     """The marker `ctx.transaction()` set in the job's transaction (None: no job transaction)."""
     schedule_finished: bool = False
     """Temporal's describe (the one `times_digest` names) listed no next action time at all."""
+    commit_idle_timeout: str | None = None
+    """How long the job's transaction may sit idle between this statement and COMMIT (e.g.
+    '60000ms'); None when there is no job transaction."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +185,7 @@ async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
         rec.replay,
         rec.transaction_marker,
         rec.schedule_finished,
+        rec.commit_idle_timeout,
     )
     return CommitOutcome(
         fenced=row["fenced"],

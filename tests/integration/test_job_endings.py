@@ -57,6 +57,31 @@ async def test_a_job_that_raises_anywhere_is_retried_and_its_key_applies_once(
     assert await lock_holder(pool, f"schedule:{schedule_id}") is None
 
 
+@pytest.mark.parametrize("where", ["inside", "after-block"])
+async def test_a_healthy_job_idle_in_its_transaction_longer_than_the_lease_ttl_commits(
+    where: str, client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    # The server's idle timeout ends only a stopped or cut-off holder's transaction: while the
+    # job runs it is the job's timeout and a margin, and only from the commit statement to
+    # COMMIT the lease's TTL. A job doing slow work with its transaction open is no such holder.
+    async with in_process_worker(client, pool, task_queue):
+        run = await start_run(
+            client,
+            task_queue,
+            schedule_id,
+            fire=FIRE,
+            job="idles-in-transaction",
+            args={"seconds": 3.0, "where": where},
+            lock_ttl=2.0,
+            timeout=30.0,
+            max_attempts=1,
+        )
+        outcome = await run.result()
+    assert (outcome.outcome, outcome.attempt) == (RAN, 1)
+    key = logical_key(schedule_id, FIRE)
+    assert await count(pool, "test_effects", key) == 1
+
+
 @pytest.mark.parametrize(
     ("statement", "then", "effects"),
     [

@@ -118,6 +118,27 @@ async def fails_at(ctx: JobContext) -> dict[str, Any]:
     return {"attempt": ctx.attempt}
 
 
+class IdlesArgs(BaseModel):
+    seconds: float
+    """How long the job does work outside the database (no statement) while its transaction
+    is open."""
+    where: Literal["inside", "after-block"]
+    """Inside the block, between two statements, or after it, before returning."""
+
+
+@job("idles-in-transaction", args_model=IdlesArgs)
+async def idles_in_transaction(ctx: JobContext) -> dict[str, Any]:
+    args: IdlesArgs = ctx.args
+    async with ctx.transaction() as conn:
+        await record_effect(conn, ctx)
+        if args.where == "inside":
+            await asyncio.sleep(args.seconds)
+            await conn.execute("SELECT 1")
+    if args.where == "after-block":
+        await asyncio.sleep(args.seconds)
+    return {"attempt": ctx.attempt}
+
+
 class MarksStartArgs(BaseModel):
     marker: str
     """A file the job creates the moment it starts: the test sees whether the job ran at all."""

@@ -12,12 +12,12 @@ Before freezing it stops the run's Temporal heartbeats. Thawed, a run whose atte
 would otherwise be cancelled by Temporal at its next heartbeat, racing the commit statement: the
 scenario is about the commit statement's fencing check, so it must be the one that answers.
 
-For the same reason it lifts the transaction's idle timeout before freezing. The guard sets it to
-the lease TTL, so a transaction frozen for longer is ended by the server and the commit statement
-finds no transaction at all (test_lease_step.py walks that). A live holder can still lose its
-lease while its transaction is within that timeout: the lease runs from its last renewal, the idle
-timeout from the transaction's last statement, which may come later. The freeze stretches that
-window so the fencing check is what stands in the way.
+For the same reason it lifts the transaction's idle timeout before freezing. While the job runs
+the guard sets it to the job's timeout plus a margin, and a transaction frozen for longer is ended
+by the server, whose commit statement then finds no transaction at all. A live holder can still
+lose its lease while its transaction is within that timeout: the lease runs from its last renewal,
+the idle timeout from the transaction's last statement, which may come later. The freeze
+stretches that window so the fencing check is what stands in the way.
 """
 
 from __future__ import annotations
