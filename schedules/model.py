@@ -317,17 +317,93 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def load_schedule_file(path: str | Path, registry: JobRegistry) -> list[ScheduleDefinition]:
-    """The definitions of a schedule file, in file order; ScheduleFileError lists every problem."""
+# The largest schedule file read, in bytes. An entry takes a few hundred bytes, so this holds
+# some ten thousand schedules; the deploy ships the file in a ConfigMap, which Kubernetes caps
+# at 1 MiB. Past it the file is refused unread: its text, its YAML nodes and every model built
+# from them all grow with it, in each worker pod that applies the file at start.
+MAX_FILE_BYTES = 4 * 1024 * 1024
+# How many nodes YAML aliases may add to a file once expanded. A count of alias uses would not
+# bound anything: each level of aliases nested in aliases multiplies the one below, so ten uses
+# a level and nine levels (under 500 bytes) expand to a billion nodes. So the expanded size is
+# counted on the parsed node graph, each node once (no expansion), before anything is built
+# from it. A legitimate use, one shared block (a holiday list for `exclude`, common args)
+# aliased in each entry, adds that block's nodes per entry: 100,000 covers a 20-node block over
+# 5,000 entries, and costs a few hundredths of a second to build; a tenfold bomb passes it at
+# its fifth level.
+ALIAS_EXPANSION_LIMIT = 100_000
+
+
+class _AliasBomb(Exception):
+    """The file's aliases expand past the limit, or an alias is used inside its own anchor."""
+
+
+def _alias_expansion_problem(root: yaml.Node) -> str | None:
+    """Why the document's aliases would expand it too far, or None: counted without expanding."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def expanded(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise _AliasBomb(
+                f"the YAML anchor at line {node.start_mark.line + 1} is used inside itself, so "
+                "the file would never end; remove that alias"
+            )
+        open_nodes.add(key)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        total = 1 + sum(expanded(child) for child in children)
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        # Each distinct node is one the file spells out; the rest of the total is what the
+        # aliases repeat.
+        added = expanded(root) - len(sizes)
+    except _AliasBomb as exc:
+        return str(exc)
+    if added > ALIAS_EXPANSION_LIMIT:
+        return (
+            f"the file's YAML aliases (*name) would add more than {ALIAS_EXPANSION_LIMIT:,} "
+            "nodes once expanded (aliases inside aliases multiply), so it is refused unexpanded; "
+            "write the repeated fields out, or share one flat block"
+        )
+    return None
+
+
+def _read_bounded(path: str | Path) -> str:
+    try:
+        with Path(path).open("rb") as stream:
+            # One byte past the limit tells an oversized file (or a pipe that never ends) from
+            # one at the limit, without reading the rest.
+            data = stream.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError:
         raise InvalidInput(f"schedule file '{path}' does not exist") from None
-    except UnicodeDecodeError:
-        raise InvalidInput(f"schedule file '{path}' is not UTF-8 text") from None
     except OSError as exc:
         raise InvalidInput(f"cannot read schedule file '{path}': {exc.strerror or exc}") from None
-    return parse_schedule_text(text, registry, source=str(path))
+    if len(data) > MAX_FILE_BYTES:
+        raise ScheduleFileError(
+            str(path),
+            [
+                f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB, the limit for a "
+                "schedule file; split it, or look for what made it grow"
+            ],
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"schedule file '{path}' is not UTF-8 text") from None
+
+
+def load_schedule_file(path: str | Path, registry: JobRegistry) -> list[ScheduleDefinition]:
+    """The definitions of a schedule file, in file order; ScheduleFileError lists every problem."""
+    return parse_schedule_text(_read_bounded(path), registry, source=str(path))
 
 
 def parse_schedule_text(
@@ -338,11 +414,7 @@ def parse_schedule_text(
     now: datetime | None = None,
 ) -> list[ScheduleDefinition]:
     """Like `load_schedule_file`, for YAML already in memory; `source` names it in errors."""
-    try:
-        # yaml.load with a SafeLoader subclass: as safe as safe_load, plus the duplicate-key check.
-        document = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        raise ScheduleFileError(source, [_yaml_problem(exc)]) from None
+    document = _load_yaml(text, source)
 
     entries, problems = _entries(document)
     definitions: list[ScheduleDefinition] = []
@@ -358,6 +430,31 @@ def parse_schedule_text(
     if problems:
         raise ScheduleFileError(source, problems)
     return definitions
+
+
+def _load_yaml(text: str, source: str) -> object:
+    # What yaml.load does, with the alias check between parsing the nodes and building Python
+    # objects from them: the objects are where an alias bomb would expand (the models, the
+    # args digest and its JSON all walk them as a tree). A SafeLoader subclass: as safe as
+    # safe_load, plus the duplicate-key check.
+    loader = _UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        problem = _alias_expansion_problem(node)
+        if problem is not None:
+            raise ScheduleFileError(source, [problem])
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ScheduleFileError(source, [_yaml_problem(exc)]) from None
+    except RecursionError:
+        # Thousands of nested brackets: the parser recurses once per level.
+        raise ScheduleFileError(
+            source, ["the file nests lists or mappings too deeply to read"]
+        ) from None
+    finally:
+        loader.dispose()
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

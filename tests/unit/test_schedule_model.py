@@ -10,7 +10,13 @@ from pydantic import BaseModel, ValidationError
 
 from cronwarden.activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
 from cronwarden.errors import InvalidInput, ScheduleFileError
-from cronwarden.schedules.model import Overlap, ScheduleDefinition, load_schedule_file
+from cronwarden.schedules.model import (
+    ALIAS_EXPANSION_LIMIT,
+    MAX_FILE_BYTES,
+    Overlap,
+    ScheduleDefinition,
+    load_schedule_file,
+)
 
 
 class ReconcileArgs(BaseModel):
@@ -503,3 +509,82 @@ def test_an_unreadable_file_is_invalid_input_naming_the_path(
 ) -> None:
     with pytest.raises(InvalidInput, match=f"cannot read schedule file '{tmp_path}'"):
         load_schedule_file(tmp_path, registry)
+
+
+def alias_bomb(levels: int) -> str:
+    """A file whose args hold `levels` anchors, each a list of ten aliases of the one before:
+    a few hundred bytes that expand to 10**levels strings."""
+    anchors = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    anchors += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, levels)]
+    args = "\n".join(f"      {line}" for line in anchors)
+    return f"schedules:\n  - id: s1\n    job: report\n    every: 1h\n    args:\n{args}\n"
+
+
+def test_an_alias_bomb_is_refused_without_being_expanded(
+    write_file: WriteFile, registry: JobRegistry
+) -> None:
+    # A billion strings once expanded: it can only be refused if it is never expanded.
+    path = write_file(alias_bomb(9))
+    assert path.stat().st_size < 1000
+    (problem,) = problems_in(path, registry)
+    assert problem.startswith(
+        f"the file's YAML aliases (*name) would add more than {ALIAS_EXPANSION_LIMIT:,} nodes"
+    )
+
+
+def test_an_alias_used_inside_its_own_anchor_is_refused(
+    write_file: WriteFile, registry: JobRegistry
+) -> None:
+    path = write_file(one_entry("job: report\nevery: 1h\nargs: {loop: &loop [*loop]}"))
+    assert problems_in(path, registry) == [
+        "the YAML anchor at line 5 is used inside itself, so the file would never end; "
+        "remove that alias"
+    ]
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(
+    write_file: WriteFile, registry: JobRegistry
+) -> None:
+    # Valid YAML all the way through: only its size is wrong.
+    padding = "#" + "x" * 1023 + "\n"
+    path = write_file(GOOD_FILE + padding * (MAX_FILE_BYTES // len(padding) + 1))
+    assert path.stat().st_size > MAX_FILE_BYTES
+    assert problems_in(path, registry) == [
+        "the file is larger than 4 MiB, the limit for a schedule file; split it, or look for "
+        "what made it grow"
+    ]
+    # At the limit it is read.
+    path.write_bytes(path.read_bytes()[:MAX_FILE_BYTES])
+    assert len(load_schedule_file(path, registry)) == 2
+
+
+def test_nesting_too_deep_to_parse_is_refused_with_one_sentence(
+    write_file: WriteFile, registry: JobRegistry
+) -> None:
+    path = write_file(
+        one_entry("job: report\nevery: 1h\nargs: {deep: " + "[" * 5000 + "]" * 5000 + "}")
+    )
+    assert problems_in(path, registry) == ["the file nests lists or mappings too deeply to read"]
+
+
+def test_a_file_without_aliases_and_one_sharing_a_flat_block_still_load(
+    write_file: WriteFile, registry: JobRegistry
+) -> None:
+    assert [d.id for d in load_schedule_file(write_file(GOOD_FILE), registry)] == [
+        "nightly-reconcile",
+        "hourly-report",
+    ]
+    shared = """\
+    schedules:
+      - id: first
+        job: report
+        every: 1h
+        exclude: &holidays [2027-12-25, 2027-12-26, {month: jan, day_of_month: 1}]
+      - id: second
+        job: report
+        every: 2h
+        exclude: *holidays
+    """
+    first, second = load_schedule_file(write_file(shared), registry)
+    assert (second.id, second.every) == ("second", timedelta(hours=2))
+    assert len(second.exclude) == 3 and second.exclude == first.exclude
