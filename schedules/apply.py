@@ -63,6 +63,8 @@ CREATED = "created"
 UPDATED = "updated"
 UNCHANGED = "unchanged"
 DELETED = "deleted"
+# A finished entry (its end_at has passed) that Temporal does not hold: nothing is created.
+FINISHED = "finished"
 
 __all__ = [
     "ApplyIncomplete",
@@ -110,6 +112,8 @@ class Change:
     """With --dry-run, for a created or updated schedule: Temporal's next nominal fire times."""
     replaced: tuple[datetime, str, dict[str, Any]] | None = field(default=None, repr=False)
     """For an update: when the schedule was created, and the digest and definition it held."""
+    finished: str | None = None
+    """For an entry whose end_at has passed: why it fires no more (shown with its action)."""
 
 
 def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -234,6 +238,7 @@ async def apply_definitions(
         limit=DESCRIBE_CONCURRENCY,
     )
     planned = [(defn, *plan) for defn, plan in zip(definitions, plans, strict=True)]
+    _mark_finished(planned, now=datetime.now(UTC))
     # New schedules, and updates that change what runs when: either may now duplicate a
     # schedule already in Temporal. (An update of other fields keeps what it was.)
     guarded = [
@@ -297,7 +302,10 @@ async def apply_definitions(
             )
     for _, change, _ in unchanged:
         _log_change(change)
-    writing = [(defn, change) for defn, change, _ in planned if change.action != UNCHANGED]
+    for _, change, _ in planned:
+        if change.action == FINISHED:
+            _log_change(change)
+    writing = [(defn, change) for defn, change, _ in planned if change.action in (CREATED, UPDATED)]
     outcomes = await try_bounded(
         lambda pair: _write(client, pool, pair[0], pair[1], task_queue=task_queue),
         writing,
@@ -316,6 +324,26 @@ async def apply_definitions(
         await _prune(client, pool, change.schedule_id)
         changes.append(change)
     return changes
+
+
+def _mark_finished(
+    planned: list[tuple[ScheduleDefinition, Change, ScheduleDescription | None]],
+    *,
+    now: datetime,
+) -> None:
+    """Note each entry whose end_at has passed; one Temporal does not hold is not created.
+
+    Such an entry passed validation because it could fire in its life (one that never could is
+    refused with the file). Temporal still holds it while it is recent: it is kept, and an edit
+    of it is written like any other, so an end_at moved into the past does stop the schedule.
+    Once a schedule has no fire left, Temporal deletes it on its own, at a time of its choosing:
+    creating it again would bring back, on each apply (each worker pod's start), a schedule with
+    nothing to run, for Temporal to delete again. So it is reported finished, not created.
+    """
+    for defn, change, _ in planned:
+        change.finished = defn.finished(now)
+        if change.finished is not None and change.action == CREATED:
+            change.action = FINISHED
 
 
 @dataclass
@@ -612,11 +640,13 @@ async def _preview(
 
 
 def _log_change(change: Change) -> None:
+    extra = {} if change.finished is None else {"finished": change.finished}
     log.info(
         f"schedule.{change.action}",
         schedule_id=change.schedule_id,
         changed_fields=change.changed_fields,
         next_fire=utc_text_or_none(change.next_fire),
+        **extra,
     )
 
 

@@ -32,12 +32,21 @@ def never_fires(
     skips: Iterable[SkipCalendar] = (),
     now: datetime,
 ) -> str | None:
-    """Why the spec can never fire after `now`, or None when it can."""
+    """Why the spec can never fire after `now` (in its whole life, once its end_at has passed),
+    or None when it can.
+
+    A spec whose end_at has passed is finished (`finished_note`), not broken: it is judged over its
+    whole life instead, from its start_at (the epoch without one) to its end_at, and passes if
+    it could fire then. Refusing it would turn a file valid when written into one that no longer
+    applies once an entry ends: every worker pod applies the file at start, and every other
+    schedule's edits would wait on the finished one's removal. A spec that never could fire
+    (30 February, an end before its start) is refused all the same.
+    """
     if start_at is not None and end_at is not None and end_at <= start_at:
         return f"its end_at ({utc_text(end_at)}) is not after its start_at ({utc_text(start_at)})"
-    if end_at is not None and end_at <= now:
-        return f"its end_at ({utc_text(end_at)}) is in the past (now is {utc_text(now)})"
-    low = max(now, start_at) if start_at is not None else now
+    # From when on a fire counts: from now, or over its whole life once it is finished.
+    since = _EPOCH if end_at is not None and end_at <= now else now
+    low = max(since, start_at) if start_at is not None else since
     high = min(end_at, _END_OF_CALENDAR) if end_at is not None else _END_OF_CALENDAR
     if every is not None:
         steps = -(-(low - _EPOCH) // every)
@@ -56,6 +65,13 @@ def never_fires(
             return None
         reasons.append(f"'{expr}' {reason}" if reason else f"'{expr}'")
     return "; ".join(reasons)
+
+
+def finished_note(end_at: datetime | None, *, now: datetime) -> str | None:
+    """Why a spec that could fire is over (its end_at has passed), or None while it is not."""
+    if end_at is None or end_at > now:
+        return None
+    return f"its end_at ({utc_text(end_at)}) has passed, so it fires no more"
 
 
 def check_cron(expr: str, *, now: datetime) -> str:

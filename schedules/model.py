@@ -34,7 +34,7 @@ from cronwarden.errors import InvalidInput, ScheduleFileError
 from cronwarden.schedules.cron import validate_cron
 from cronwarden.schedules.duplicates import duplicates_in_file
 from cronwarden.schedules.durations import parse_duration
-from cronwarden.schedules.firing import never_fires
+from cronwarden.schedules.firing import finished_note, never_fires
 from cronwarden.schedules.spec_parts import SkipCalendar, skip_calendar, utc_instant
 from cronwarden.times import format_duration
 
@@ -240,6 +240,14 @@ class ScheduleDefinition(BaseModel):
         if reason is not None:
             raise ValueError(f"this schedule never fires: {reason}")
         return self
+
+    def finished(self, now: datetime) -> str | None:
+        """Why the schedule fires no more (its end_at has passed), or None while it may fire.
+
+        A finished entry still passes validation (it could fire in its life); apply keeps it
+        and reports it, and never creates it anew.
+        """
+        return finished_note(self.end_at, now=now)
 
     @property
     def crons(self) -> list[str]:

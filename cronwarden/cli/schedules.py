@@ -132,6 +132,8 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
                         "changed_fields": c.changed_fields,
                         "next_fire": utc_text_or_none(c.next_fire),
                         "next_fires": [utc_text_or_none(t) for t in c.next_fires],
+                        # Why a schedule whose end_at has passed fires no more, else null.
+                        "finished": c.finished,
                     }
                     for c in changes
                 ],
@@ -140,14 +142,19 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
         return
     prefix = "would be " if dry_run else ""
     for c in changes:
+        if c.action == "finished":
+            # Not created, dry run or not: a note, not a change.
+            out.print(escape(f"{c.schedule_id}: finished, not created ({c.finished})"))
+            continue
         detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
         nxt = f", next fire {utc_text_or_none(c.next_fire)}" if c.next_fire else ""
         if c.next_fires:
             nxt = ", next fires " + ", ".join(utc_text(t) for t in c.next_fires)
         elif dry_run and c.action in ("created", "updated"):
             nxt = ", no fire ahead"
-        out.print(escape(f"{c.schedule_id}: {prefix}{c.action}{detail}{nxt}"))
-    if all(c.action == "unchanged" for c in changes):
+        note = f"; finished: {c.finished}" if c.finished else ""
+        out.print(escape(f"{c.schedule_id}: {prefix}{c.action}{detail}{nxt}{note}"))
+    if all(c.action in ("unchanged", "finished") for c in changes):
         out.print("nothing to change" if changes else "the file lists no schedules")
 
 

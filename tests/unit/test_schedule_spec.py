@@ -47,9 +47,34 @@ def refusal(**fields: Any) -> str:
             },
             "its end_at (2030-01-01T00:00:00Z) is not after its start_at (2031-01-01T00:00:00Z)",
         ),
+        # Finished, and could never fire in its life either: still refused, naming why.
         (
-            {"every": "1h", "end_at": "2026-11-01T00:00:00+02:00"},
-            "its end_at (2026-10-31T22:00:00Z) is in the past (now is 2026-11-30T12:00:00Z)",
+            {"cron": "0 0 30 2 *", "end_at": "2026-11-01T00:00:00Z"},
+            "'0 0 30 2 *' asks for day 30 of February, a date that does not exist",
+        ),
+        (
+            {
+                "cron": "0 9 * * sat",
+                "start_at": "2026-11-02T00:00:00Z",
+                "end_at": "2026-11-06T23:59:59Z",
+            },
+            "matches no day between 2026-11-02T00:00:00Z and 2026-11-06T23:59:59Z",
+        ),
+        (
+            {
+                "every": "1d",
+                "start_at": "2026-11-01T01:00:00Z",
+                "end_at": "2026-11-01T02:00:00Z",
+            },
+            "every 1d from the epoch next fires at 2026-11-02T00:00:00Z, after its end_at",
+        ),
+        (
+            {
+                "cron": "0 9 * * *",
+                "start_at": "2026-11-02T00:00:00Z",
+                "end_at": "2026-11-01T00:00:00Z",
+            },
+            "its end_at (2026-11-01T00:00:00Z) is not after its start_at",
         ),
         (
             {"every": "1d", "end_at": "2026-11-30T18:00:00Z"},
@@ -69,6 +94,24 @@ def test_a_spec_that_never_fires_is_refused_naming_why(fields: dict[str, Any], r
     message = refusal(**fields)
     assert "this schedule never fires" in message
     assert reason in message
+
+
+def test_a_spec_whose_end_at_has_passed_is_finished_not_refused() -> None:
+    # It could fire in its life: the file it is in stays valid after it ends.
+    ended = define(every="1h", end_at="2026-11-01T00:00:00+02:00")
+    assert ended.finished(NOW) == (
+        "its end_at (2026-10-31T22:00:00Z) has passed, so it fires no more"
+    )
+    # Its whole life is in the past, and it matched a day of it.
+    window = define(
+        cron="0 9 * * mon-fri", start_at="2026-11-02T00:00:00Z", end_at="2026-11-06T23:59:59Z"
+    )
+    assert window.finished(NOW) is not None
+    # Without a start_at, its life began before anyone knows: a year field it met counts.
+    assert define(cron="0 0 1 1 * 2020-2025", end_at="2026-01-01T00:00:00Z").finished(NOW)
+    # Until its end_at passes it is not finished, even with no fire left before it.
+    assert define(every="1h", end_at="2026-12-01T00:00:00Z").finished(NOW) is None
+    assert define(cron="0 9 * * *").finished(NOW) is None
 
 
 def test_a_spec_that_fires_once_more_is_accepted() -> None:
