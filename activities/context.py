@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -14,7 +15,7 @@ import asyncpg
 import structlog
 from temporalio import activity
 
-from cronwarden.store.runs import CURRENT_MARKER, SET_MARKER
+from cronwarden.store.runs import CURRENT_MARKER, ROLLBACK_TO_RUN_START, begin_run_script
 
 _CONNECTION_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 # The look at the transaction's marker on a failure path: a connection that does not answer
@@ -86,7 +87,7 @@ class RunContext:
         marker = uuid.uuid4().hex
         try:
             await tx.start()
-            await conn.execute(SET_MARKER, marker, self._idle_timeout)
+            await conn.execute(begin_run_script(marker, self._idle_timeout))
         except BaseException:
             with contextlib.suppress(*_CONNECTION_ERRORS):
                 if conn.is_in_transaction():
@@ -132,21 +133,13 @@ class RunContext:
         finally:
             await self._release(conn)
 
-    async def still_open(self) -> bool:
-        """Is the transaction `transaction()` opened still the connection's? (The job may have
-        ended it, or ended it and begun another.)"""
-        conn = self.conn
-        if conn is None:
-            return False
-        await self._note_if_ended(conn)
-        return not self.ended_by_job
-
     async def _note_if_ended(self, conn: Any) -> None:
+        """Only on the way to a rollback: the answer may roll the transaction back to its
+        start."""
         if self.ended_by_job:
             return
         # A connection that cannot answer (cut, released by the pool after the server closed
-        # it, mid-query, in an aborted transaction) keeps the benefit of the doubt: nothing
-        # shows the job ended anything.
+        # it) keeps the benefit of the doubt: nothing shows the job ended anything.
         with contextlib.suppress(*_CONNECTION_ERRORS):
             # The server's transaction status, as its last message said: idle means the job's
             # COMMIT or ROLLBACK ended ours. A COMMIT cannot be told from a ROLLBACK here.
@@ -155,8 +148,29 @@ class RunContext:
                 return
             # In a transaction, but maybe one the job began after ending ours: the marker is
             # local to ours.
-            current = await conn.fetchval(CURRENT_MARKER, timeout=MARKER_CHECK_TIMEOUT)
+            try:
+                current = await conn.fetchval(CURRENT_MARKER, timeout=MARKER_CHECK_TIMEOUT)
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+                # Aborted (a failed statement), or still busy (a statement being cancelled): ask
+                # by the savepoint only our transaction has.
+                self.ended_by_job = await self._savepoint_gone(conn)
+                return
             self.ended_by_job = current != self.marker
+
+    async def _savepoint_gone(self, conn: Any) -> bool:
+        deadline = time.monotonic() + MARKER_CHECK_TIMEOUT
+        while True:
+            try:
+                await conn.execute(ROLLBACK_TO_RUN_START, timeout=MARKER_CHECK_TIMEOUT)
+            except asyncpg.InvalidSavepointSpecificationError:
+                return True
+            except asyncpg.InterfaceError:
+                # A statement still being cancelled keeps the connection busy for a moment.
+                if conn.is_closed() or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+                continue
+            return False
 
     async def _release(self, conn: Any) -> None:
         # The pool closes a broken connection instead of reusing it; that it was broken is

@@ -14,6 +14,7 @@ hour committed at its end, not at its start.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -105,16 +106,34 @@ SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
        statement_timestamp() AS database_now
 """
 
-# Set by `ctx.transaction()` right after BEGIN, local to that transaction: the marker, and how
-# long the transaction may sit idle before the server ends it while the job runs ($2, e.g.
-# '960000ms': the job's timeout and a margin, so it never ends a healthy job, which the guard
-# times out first; it ends the transaction of a holder stopped or cut off mid-job, whose row
-# locks would otherwise block the taker's job). The commit statement tightens it to the lease's
-# TTL for the moment between itself and COMMIT.
-SET_MARKER = (
-    "SELECT set_config('cronwarden.run_marker', $1, true),"
-    " set_config('idle_in_transaction_session_timeout', $2, true)"
-)
+# Sent by `ctx.transaction()` right after BEGIN, in the same round trip as each other (a simple
+# query, the only kind that carries two statements; so its values are spelled out, and both are
+# the guard's own, checked below):
+# - a savepoint that exists only in this transaction. An aborted transaction answers nothing but
+#   ROLLBACK (and ROLLBACK TO SAVEPOINT): rolling back to it is how the guard asks an aborted
+#   transaction whether it is still ours, or one the job began after ending ours
+#   (`ROLLBACK_TO_RUN_START` below);
+# - the marker, local to this transaction, which the commit statement checks;
+# - how long the transaction may sit idle while the job runs (e.g. '960000ms': the job's timeout
+#   and a margin, so it never ends a healthy job, which the guard times out first; it ends the
+#   transaction of a holder stopped or cut off mid-job, whose row locks would otherwise block the
+#   taker's job). The commit statement tightens it to the lease's TTL until COMMIT.
+RUN_SAVEPOINT = "cronwarden_run_start"
+_MARKER = re.compile(r"[0-9a-z_]{1,64}")
+_TIMEOUT = re.compile(r"0|[1-9][0-9]*ms")
+
+
+def begin_run_script(marker: str, idle_timeout: str) -> str:
+    if not _MARKER.fullmatch(marker) or not _TIMEOUT.fullmatch(idle_timeout):
+        raise ValueError(f"not a run marker and timeout: {marker!r}, {idle_timeout!r}")
+    return (
+        f"SAVEPOINT {RUN_SAVEPOINT};"
+        f" SELECT set_config('cronwarden.run_marker', '{marker}', true),"
+        f" set_config('idle_in_transaction_session_timeout', '{idle_timeout}', true)"
+    )
+
+
+ROLLBACK_TO_RUN_START = f"ROLLBACK TO SAVEPOINT {RUN_SAVEPOINT}"
 CURRENT_MARKER = "SELECT current_setting('cronwarden.run_marker', true)"
 
 

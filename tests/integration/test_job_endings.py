@@ -26,6 +26,10 @@ pytestmark = pytest.mark.integration
 
 FIRE = datetime(2026, 2, 3, 4, 5, tzinfo=UTC)
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
+# The job's second transaction fails: an aborted transaction answers nothing but ROLLBACK, so the
+# guard cannot ask it for its marker.
+COMMIT_AND_FAIL = "COMMIT; BEGIN; SELECT 1/0"
+COMMIT_AND_STALL = "COMMIT; BEGIN; SELECT pg_sleep(60)"
 
 
 def failure_of(error: WorkflowFailureError) -> ApplicationError:
@@ -37,17 +41,32 @@ def failure_of(error: WorkflowFailureError) -> ApplicationError:
 
 
 async def attempts_started(run: WorkflowHandle[Any, RunOutcome]) -> int:
+    """How many attempts the run's activity had. Temporal writes one started event per
+    activity, for its last attempt, carrying that attempt's number."""
     history = await run.fetch_history()
-    return sum(e.HasField("activity_task_started_event_attributes") for e in history.events)
+    started = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    return max(started, default=0)
 
 
-@pytest.mark.parametrize("at", ["before", "inside", "after-block"])
+@pytest.mark.parametrize("at", ["before", "inside", "after-block", "stalls-inside"])
 async def test_a_job_that_raises_anywhere_is_retried_and_its_key_applies_once(
     at: str, client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
 ) -> None:
+    # `stalls-inside`: timed out in the middle of a statement, its transaction aborted by the
+    # cancellation; still the run's own transaction, so the run is retried.
     async with in_process_worker(client, pool, task_queue):
         run = await start_run(
-            client, task_queue, schedule_id, fire=FIRE, job="fails-at", args={"at": at}
+            client,
+            task_queue,
+            schedule_id,
+            fire=FIRE,
+            job="fails-at",
+            args={"at": at},
+            timeout=3.0,
         )
         outcome = await run.result()
     assert outcome.outcome == RAN and outcome.attempt == 2
@@ -93,6 +112,9 @@ async def test_a_healthy_job_idle_in_its_transaction_longer_than_the_lease_ttl_c
         (COMMIT_AND_BEGIN, "raise", 1),
         (COMMIT_AND_BEGIN, "raise-after-block", 1),
         (COMMIT_AND_BEGIN, "hang", 1),
+        (COMMIT_AND_FAIL, "return", 1),
+        (COMMIT_AND_FAIL, "swallow", 1),
+        (COMMIT_AND_STALL, "return", 1),
     ],
 )
 async def test_a_job_that_ends_its_transaction_and_then_fails_is_never_retried(

@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from cronwarden.activities.contract import RAN
 from cronwarden.store import locks
-from cronwarden.store.runs import SET_MARKER
+from cronwarden.store.runs import begin_run_script
 from tests.support.database import fetch
 from tests.support.runs import FIRE, start_run
 from tests.support.servers import in_process_worker
@@ -54,7 +54,7 @@ async def stopped_before_commit(conn: Any, token: int, *, idle_timeout: str = "0
     """What a holder's connection looks like when it was stopped right after its commit
     statement: the transaction open, the lease row locked by the fence."""
     await conn.execute("BEGIN")
-    await conn.execute(SET_MARKER, "marker", idle_timeout)
+    await conn.execute(begin_run_script("marker", idle_timeout))
     await conn.execute(
         "UPDATE cronwarden.locks SET holder = NULL WHERE name = $1 AND token = $2", LOCK, token
     )

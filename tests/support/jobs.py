@@ -78,9 +78,10 @@ class EndsTransactionArgs(BaseModel):
     statement: str
     """Run inside ctx.transaction() after the effect: "COMMIT", a script ending in COMMIT,
     "COMMIT; BEGIN"... A job must never do this: the guard must catch it."""
-    then: Literal["return", "raise", "raise-after-block", "hang"] = "return"
+    then: Literal["return", "raise", "raise-after-block", "hang", "swallow"] = "return"
     """What the job does next: returns; raises inside the block; leaves the block and raises;
-    or waits inside the block until its timeout (or its lease's loss) cancels it."""
+    waits inside the block until its timeout (or its lease's loss) cancels it; or catches the
+    statement's own error and returns."""
 
 
 @job("ends-transaction", args_model=EndsTransactionArgs)
@@ -88,7 +89,11 @@ async def ends_transaction(ctx: JobContext) -> None:
     args: EndsTransactionArgs = ctx.args
     async with ctx.transaction() as conn:
         await record_effect(conn, ctx)
-        await conn.execute(args.statement)
+        try:
+            await conn.execute(args.statement)
+        except asyncpg.PostgresError:
+            if args.then != "swallow":
+                raise
         if args.then == "raise":
             raise RuntimeError("failing inside the block after ending the transaction")
         if args.then == "hang":
@@ -98,9 +103,10 @@ async def ends_transaction(ctx: JobContext) -> None:
 
 
 class FailsAtArgs(BaseModel):
-    at: Literal["before", "inside", "after-block"]
+    at: Literal["before", "inside", "after-block", "stalls-inside"]
     """Where the first attempt raises: before its transaction, inside the block after its
-    write, or after the block (its transaction still open, waiting for the guard's commit)."""
+    write, or after the block (its transaction still open, waiting for the guard's commit);
+    or, `stalls-inside`, where it stalls in a statement after its write until its timeout."""
 
 
 @job("fails-at", args_model=FailsAtArgs)
@@ -113,6 +119,8 @@ async def fails_at(ctx: JobContext) -> dict[str, Any]:
         await record_effect(conn, ctx)
         if failing and args.at == "inside":
             raise RuntimeError("failing inside the block, after the write")
+        if failing and args.at == "stalls-inside":
+            await conn.execute("SELECT pg_sleep(600)")
     if failing and args.at == "after-block":
         raise RuntimeError("failing after the block, before returning")
     return {"attempt": ctx.attempt}
