@@ -327,12 +327,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 # The largest schedule file read, in bytes. An entry takes a few hundred bytes, so this holds
 # some ten thousand schedules; the deploy ships the file in a ConfigMap, which Kubernetes caps
-# at 1 MiB. Past it the file is refused unread: its text, its YAML nodes and every model built
-# from them all grow with it, in each worker pod that applies the file at start.
+# at 1 MiB. Past it the file is refused without reading the rest: its text, its YAML nodes and
+# every model built from them grow with it, in each worker pod that applies the file at start.
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # How many nodes YAML aliases may add to a file once expanded. A count of alias uses would not
 # bound anything: each level of aliases nested in aliases multiplies the one below, so ten uses
-# a level and nine levels (under 500 bytes) expand to a billion nodes. So the expanded size is
+# a level and nine levels (about 500 bytes) expand to a billion nodes. So the expanded size is
 # counted on the parsed node graph, each node once (no expansion), before anything is built
 # from it. A legitimate use, one shared block (a holiday list for `exclude`, common args)
 # aliased in each entry, adds that block's nodes per entry: 100,000 covers a 20-node block over

@@ -783,3 +783,110 @@ async def test_an_update_from_a_stale_read_cannot_undo_a_pause_and_apply_keeps_i
     assert (await action_memo(client, final))[DIGEST_MEMO] == definition_digest(
         changed, task_queue=task_queue
     )
+
+
+def yearly_entry(schedule_id: str, cron: str, *extra: str) -> str:
+    """An entry of its own yearly cron (no two entries of a test, nor another test's schedules,
+    are duplicates), with `extra` field lines."""
+    lines = [f"id: {schedule_id}", "job: probe", f"cron: '{cron}'", *extra]
+    return "  - " + "\n    ".join(lines) + "\n"
+
+
+PAST_END = "end_at: '2020-01-01T00:00:00Z'"
+FINISHED_NOTE = "its end_at (2020-01-01T00:00:00Z) has passed, so it fires no more"
+
+
+async def test_a_finished_entry_is_reported_finished_and_the_rest_of_the_file_applies(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
+) -> None:
+    normal, ended, gone = new_id("normal"), new_id("ended"), new_id("gone")
+    cleanup.extend([normal, ended, gone])
+    running = yearly_entry(ended, "43 3 1 1 *", "end_at: '2031-01-01T00:00:00Z'")
+    first = await cli(
+        cli_env, "schedules", "apply", str(write_schedules_file(tmp_path, "schedules:\n" + running))
+    )
+    assert first.code == 0, first
+
+    # `ended` is ended by moving its end_at into the past; `gone` ended before it was ever
+    # applied (the file of a release, applied again by a pod started after its end).
+    path = write_schedules_file(
+        tmp_path,
+        "schedules:\n"
+        + yearly_entry(normal, "41 3 1 1 *")
+        + yearly_entry(ended, "43 3 1 1 *", PAST_END)
+        + yearly_entry(gone, "47 3 1 1 *", "start_at: '2019-01-01T00:00:00Z'", PAST_END),
+    )
+    applied = await cli(cli_env, "schedules", "apply", "--json", str(path))
+    assert applied.code == 0, applied
+    changes = {c["schedule_id"]: c for c in json.loads(applied.stdout)["changes"]}
+    assert (changes[normal]["action"], changes[normal]["finished"]) == ("created", None)
+    assert changes[ended]["action"] == "updated"
+    assert (changes[ended]["changed_fields"], changes[ended]["finished"]) == (
+        ["end_at"],
+        FINISHED_NOTE,
+    )
+    assert (changes[gone]["action"], changes[gone]["finished"]) == ("finished", FINISHED_NOTE)
+    # The edit reached Temporal, so the schedule does stop; the one that had ended is not
+    # brought back for Temporal to delete again.
+    described = await client.get_schedule_handle(ended).describe()
+    assert described.schedule.spec.end_at == datetime(2020, 1, 1, tzinfo=UTC)
+    assert described.info.next_action_times == []
+    assert await describe_or_none(client, gone) is None
+    assert await describe_or_none(client, normal) is not None
+
+    again = await cli(cli_env, "schedules", "apply", str(path))
+    assert again.code == 0, again
+    assert f"{normal}: unchanged, next fire " in again.stdout
+    assert f"{ended}: unchanged; finished: {FINISHED_NOTE}" in again.stdout
+    assert f"{gone}: finished, not created ({FINISHED_NOTE})" in again.stdout
+    assert "nothing to change" in again.stdout
+    assert await describe_or_none(client, gone) is None
+
+
+async def test_an_entry_that_could_never_fire_still_refuses_the_file_with_nothing_applied(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
+) -> None:
+    normal, ended, never = new_id("normal"), new_id("ended"), new_id("never")
+    cleanup.extend([normal, ended, never])
+    path = write_schedules_file(
+        tmp_path,
+        "schedules:\n"
+        + yearly_entry(normal, "41 3 1 1 *")
+        + yearly_entry(ended, "43 3 1 1 *", PAST_END)
+        # Past its end_at too, but it could fire on no day of its life.
+        + yearly_entry(never, "0 0 30 2 *", PAST_END),
+    )
+    result = await cli(cli_env, "schedules", "apply", str(path))
+    assert result.code == 2, result
+    assert f"{path}: 1 problem(s), nothing applied" in result.stderr
+    assert (
+        f"schedule '{never}' (entry 3): this schedule never fires: '0 0 30 2 *' asks for day 30 "
+        "of February" in result.stderr
+    )
+    assert ended not in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    for sid in (normal, ended, never):
+        assert await describe_or_none(client, sid) is None
+
+
+async def test_an_alias_bomb_is_refused_naming_the_file_with_nothing_applied(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
+) -> None:
+    normal, bomb = new_id("normal"), new_id("bomb")
+    cleanup.extend([normal, bomb])
+    # Nine levels of ten aliases each: a billion strings once expanded.
+    anchors = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    anchors += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 9)]
+    args = "args:\n" + "\n".join(f"      {line}" for line in anchors)
+    path = write_schedules_file(
+        tmp_path,
+        "schedules:\n"
+        + yearly_entry(normal, "41 3 1 1 *")
+        + yearly_entry(bomb, "43 3 1 1 *", args),
+    )
+    result = await cli(cli_env, "schedules", "apply", str(path))
+    assert result.code == 2, result
+    assert f"{path}: 1 problem(s), nothing applied" in result.stderr
+    assert "the file's YAML aliases (*name) would add more than 100,000 nodes" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert await describe_or_none(client, normal) is None
