@@ -41,11 +41,18 @@ BEGIN
       FROM cronwarden.outbox o WHERE o.logical_key = p_logical_key;
     IF NOT COALESCE(is_done, false) THEN
         -- The row first, so there is always one to lock: a new lease name starts released.
-        INSERT INTO cronwarden.locks (name, holder, attempt, token, expires_at, acquired_at)
-        VALUES (p_name, NULL, 0, 0, clock_timestamp(), clock_timestamp())
-        ON CONFLICT (name) DO NOTHING;
+        -- ON CONFLICT DO NOTHING locks nothing: an old released row found here may be deleted
+        -- by another schedule run's per-key sweep before our FOR UPDATE reaches it, which then
+        -- finds no row. Then again: the row made on the second pass is new, and no sweep
+        -- deletes a row released less than a minute ago.
+        LOOP
+            INSERT INTO cronwarden.locks (name, holder, attempt, token, expires_at, acquired_at)
+            VALUES (p_name, NULL, 0, 0, clock_timestamp(), clock_timestamp())
+            ON CONFLICT (name) DO NOTHING;
 
-        SELECT * INTO lease FROM cronwarden.locks WHERE name = p_name FOR UPDATE;
+            SELECT * INTO lease FROM cronwarden.locks WHERE name = p_name FOR UPDATE;
+            EXIT WHEN FOUND;
+        END LOOP;
 
         SELECT o.args_digest, true INTO digest, is_done
           FROM cronwarden.outbox o WHERE o.logical_key = p_logical_key;
@@ -59,8 +66,11 @@ BEGIN
         RETURN;
     END IF;
 
-    IF lease.holder = p_holder AND lease.attempt > p_attempt THEN
-        -- stale: a late attempt of an activity Temporal has retried already.
+    IF (lease.taken_by = p_holder AND lease.attempt > p_attempt)
+       OR EXISTS (SELECT 1 FROM cronwarden.lock_waiters w
+                   WHERE w.name = p_name AND w.waiter = p_holder AND w.attempt > p_attempt) THEN
+        -- stale: a late attempt of an activity Temporal has retried already, known by the
+        -- lease a later attempt took (held or released since) or by a later attempt's place.
         RETURN QUERY SELECT NULL::bigint, false, NULL::text, false, lease.logical_key,
                             lease.replay, false;
         RETURN;
@@ -84,6 +94,7 @@ BEGIN
        OR (retaking AND (ahead_key IS NULL OR ahead_priority >= p_priority)) THEN
         UPDATE cronwarden.locks l
            SET holder = p_holder,
+               taken_by = p_holder,
                attempt = p_attempt,
                token = nextval('cronwarden.lock_tokens'),
                expires_at = t_now + make_interval(secs => p_ttl_seconds),
@@ -283,7 +294,8 @@ CREATE TABLE cronwarden.locks (
     logical_key text,
     schedule_id text,
     run_deadline timestamp with time zone,
-    replay boolean DEFAULT false NOT NULL
+    replay boolean DEFAULT false NOT NULL,
+    taken_by text
 );
 
 --

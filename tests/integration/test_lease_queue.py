@@ -329,6 +329,73 @@ async def test_an_earlier_attempt_neither_refreshes_nor_removes_its_retrys_place
     assert [r["attempt"] for r in rows] == [2]
 
 
+async def test_an_earlier_attempt_never_takes_a_lease_its_retry_released(
+    pool: asyncpg.Pool,
+) -> None:
+    lock = "shared-q9"
+    retry = await take(pool, request(lock, "wf/run/1", attempt=2))
+    await release(pool, lock, retry.token)
+    late = await take(pool, request(lock, "wf/run/1", attempt=1))
+    assert late.token is None and not late.queued
+
+
+async def test_an_earlier_attempt_never_takes_the_lease_ahead_of_its_queued_retry(
+    pool: asyncpg.Pool,
+) -> None:
+    lock = "shared-q10"
+    held = await take(pool, request(lock, "other"))
+    retry = request(lock, "wf/run/1", attempt=2, wait_for_any=True)
+    assert (await take(pool, retry)).queued
+    await release(pool, lock, held.token)
+    late = await take(pool, dataclasses.replace(retry, attempt=1))
+    assert late.token is None and not late.queued
+    # The retry keeps its place, and the lease is its to take.
+    assert await waiters(pool, lock) == ["wf/run/1"]
+    assert (await take(pool, retry)).token is not None
+
+
+async def test_a_lease_row_deleted_while_an_acquire_waits_to_lock_it_is_made_again_and_taken(
+    pool: asyncpg.Pool,
+) -> None:
+    # A per-key sweep of another fire deleting an old released row, between the acquire's
+    # insert (which found the row and did nothing) and its lock of it.
+    name = "key:gone@1"
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.locks (name, holder, attempt, token, expires_at, acquired_at,"
+            " schedule_id) VALUES ($1, NULL, 1, 0, now() - interval '5 minutes',"
+            " now() - interval '5 minutes', 'gone')",
+            name,
+        )
+    sweeper = await pool.acquire()
+    try:
+        await sweeper.execute("BEGIN")
+        await sweeper.execute("SELECT 1 FROM cronwarden.locks WHERE name = $1 FOR UPDATE", name)
+        async with pool.acquire() as conn:
+            pid = conn.get_server_pid()
+            # The statement store/locks.py sends, with a lock timeout long enough to wait here.
+            waiting = asyncio.ensure_future(
+                conn.fetchrow(
+                    "SELECT * FROM cronwarden.acquire_lease($1, $2, 60, $3, 1, 'gone', NULL, 0,"
+                    " 5, false, true, 30000)",
+                    name,
+                    "live",
+                    "gone@1",
+                )
+            )
+
+            async def blocked() -> bool:
+                return await blocked_on_a_lock(pool, pid)
+
+            await wait_for(blocked, timeout=10, what="the acquire waiting to lock the row")
+            await sweeper.execute("DELETE FROM cronwarden.locks WHERE name = $1", name)
+            await sweeper.execute("COMMIT")
+            got = await waiting
+    finally:
+        await pool.release(sweeper)
+    assert got["token"] is not None, dict(got)
+
+
 async def test_the_per_key_sweep_leaves_schedule_and_shared_leases_alone(
     pool: asyncpg.Pool,
 ) -> None:

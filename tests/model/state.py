@@ -103,7 +103,8 @@ class Lease(NamedTuple):
     expired: bool
     """expires_at is past (always True once released: nothing reads it then)."""
     last_key: int
-    """The `logical_key` column: the last taker's key, kept after release (held_for)."""
+    """The `logical_key` and `taken_by` columns: the last taker's key (one activity per key
+    here), kept after release: `held_for`, and the stale rule's last taker."""
 
 
 NO_LEASE = Lease(exists=False, holder=NONE, attempt=0, token=0, expired=True, last_key=NONE)

@@ -1,10 +1,10 @@
 """The SQL statements of the lease protocol, as functions on the model's state.
 
 Each is a transcription of one statement: `acquire_lease` of cronwarden.acquire_lease
-(store/migrations/0009), `renew`, `release`, `release_holder` and `leave_queue` of
-store/locks.py, `commit` of store/runs.py's `_COMMIT` with what the guard does around it
-(activities/guard.py `_commit`). A `Rules` flag switches one rule off, so the explorer can show
-what that rule is for.
+(store/migrations/0012, which replaced 0009's), `renew`, `release`, `release_holder` and
+`leave_queue` of store/locks.py, `commit` of store/runs.py's `_COMMIT` with what the guard does
+around it (activities/guard.py `_commit`). A `Rules` flag switches one rule off, so the
+explorer can show what that rule is for.
 """
 
 from __future__ import annotations
@@ -98,8 +98,10 @@ def acquire_lease(state: State, key: int, attempt: int, rules: Rules) -> Applied
     # The row first: a new lease name starts released.
     lease = state.lease if state.lease.exists else Lease(True, NONE, 0, 0, True, NONE)
     state = state._replace(lease=lease)
-    # stale: the lease belongs to a later attempt of this same activity.
-    if lease.holder == key and lease.attempt > attempt:
+    # stale: a later attempt of this same activity took the lease (held or released since:
+    # `taken_by`, here `last_key`), or holds a place in line.
+    later_place = any(p.key == key and p.attempt > attempt for p in state.places)
+    if (lease.last_key == key and lease.attempt > attempt) or later_place:
         stale = Acquired(NONE, False, False, lease.last_key, is_replay(lease.last_key), False)
         return Applied(stale, state)
 
@@ -123,7 +125,7 @@ def acquire_lease(state: State, key: int, attempt: int, rules: Rules) -> Applied
 
     # hand on: our dead attempt's lease is released under a new token (it is fenced).
     if retaking:
-        lease = lease._replace(holder=NONE, attempt=0, token=next_token(state), expired=True)
+        lease = lease._replace(holder=NONE, token=next_token(state), expired=True)
         active = False
         state = state._replace(lease=lease)
 
@@ -165,7 +167,7 @@ def release(state: State, token: int) -> Applied:
     """`_RELEASE`: WHERE token = $2; a stale token changes nothing."""
     lease = state.lease
     if lease.exists and lease.token == token:
-        released = lease._replace(holder=NONE, attempt=0, expired=True)
+        released = lease._replace(holder=NONE, expired=True)
         return Applied(True, state._replace(lease=released))
     return Applied(False, state)
 
@@ -174,7 +176,7 @@ def release_holder(state: State, key: int, attempt: int) -> Applied:
     """`_RELEASE_HOLDER`: WHERE holder = $2 AND attempt = $3 (the token stays)."""
     lease = state.lease
     if lease.exists and lease.holder == key and lease.attempt == attempt:
-        released = lease._replace(holder=NONE, attempt=0, expired=True)
+        released = lease._replace(holder=NONE, expired=True)
         return Applied(True, state._replace(lease=released))
     return Applied(False, state)
 
@@ -202,7 +204,7 @@ def commit(state: State, key: int, token: int, rules: Rules) -> Applied:
     if lease.token != token:
         violation = "the writes of a fenced-out holder landed"
     landed = state._replace(
-        lease=lease._replace(holder=NONE, attempt=0, expired=True),
+        lease=lease._replace(holder=NONE, expired=True),
         recorded=_set(state.recorded, key, True),
         effects=_set(state.effects, key, min(state.effects[key] + 1, 2)),
     )
