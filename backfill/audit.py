@@ -8,8 +8,9 @@ set is Temporal's own evaluation of the spec, and the outbox says which of those
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 import asyncpg
@@ -17,7 +18,14 @@ from temporalio.client import Client, ScheduleActionExecutionStartWorkflow, Sche
 from temporalio.common import SearchAttributeKey
 
 from cronwarden.activities.contract import fire_time_of_key, logical_key
-from cronwarden.backfill.plan import FireTimes, ManagedSchedule, plan_on
+from cronwarden.backfill.plan import (
+    FireTimes,
+    Judged,
+    ManagedSchedule,
+    awaiting_notes,
+    judged_notes,
+    plan_on,
+)
 from cronwarden.backfill.window import Window
 from cronwarden.schedules.run_ids import REPLAY_INFIX, replay_fire_time, scheduled_fire_time
 from cronwarden.schedules.status import lease_skip_json
@@ -50,6 +58,15 @@ class Audit:
     last_lease_skip: dict[str, Any] | None = None
     """The last of them (`logical_key`, `holder`, `at`); if its key is missing here, it is
     listed as skipped at the lease rather than merely missing."""
+    awaiting_jitter: FireTimes = field(default_factory=FireTimes)
+    """Expected fire times with no outbox record and no run in flight whose nominal time has
+    passed but whose jittered start may still come: not missing yet."""
+    judged: list[Judged] = field(default_factory=list)
+    """The parts of the window, each with what its fire times came from (backfill/plan.py)."""
+
+    def notes(self) -> list[str]:
+        """Text lines for what the counts alone do not say (printed under them)."""
+        return judged_notes(self.judged) + awaiting_notes(len(self.awaiting_jitter))
 
     @property
     def lease_skipped(self) -> list[datetime]:
@@ -72,6 +89,9 @@ class Audit:
             "committed_off_spec": self.committed_off_spec,
             "missing_keys": self.missing.keys(self.schedule_id),
             "in_flight_keys": self.in_flight.keys(self.schedule_id),
+            "awaiting_jitter": len(self.awaiting_jitter),
+            "awaiting_jitter_keys": self.awaiting_jitter.keys(self.schedule_id),
+            "judged_by": [j.as_json() for j in self.judged],
             "skipped_lease_keys": iter(
                 [logical_key(self.schedule_id, t) for t in self.lease_skipped]
             ),
@@ -89,13 +109,23 @@ class Audit:
 
 
 async def audit(
-    client: Client, pool: asyncpg.Pool, schedule: ManagedSchedule, window: Window
+    client: Client,
+    pool: asyncpg.Pool,
+    schedule: ManagedSchedule,
+    window: Window,
+    *,
+    now: datetime | None = None,
 ) -> Audit:
+    """The audit of the window, clamped to the schedule's creation. A jittered fire is not
+    missing before its nominal time plus the jitter has passed (at `now`, the clock if not
+    given): it is listed as awaiting its jitter, or running once it started."""
     window = window.clamped_to(schedule.created_at)
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         # One snapshot for the plan's pages and the window's count: a fire that commits while
         # the audit runs is then either in both or in neither, never counted as off the spec.
-        planned = await plan_on(client, conn, schedule.schedule_id, window)
+        planned = await plan_on(
+            client, conn, schedule.schedule_id, window, now=now, live=schedule.description
+        )
         running = await running_fire_times(client, schedule)
         in_window = (
             0
@@ -106,7 +136,7 @@ async def audit(
     # Fires in flight are few (a run or two, the replays of a running backfill): split them
     # off the missing times without a datetime per missing key.
     running_seconds = {int(t.timestamp()) for t in running}
-    missing = planned.missing
+    missing, awaiting = planned.missing, planned.awaiting_jitter
     info = schedule.description.info
     return Audit(
         schedule_id=schedule.schedule_id,
@@ -114,7 +144,8 @@ async def audit(
         expected=planned.expected,
         committed=planned.done,
         committed_off_spec=in_window - planned.done,
-        in_flight=FireTimes(s for s in missing if s in running_seconds),
+        # A jittered fire whose start has come is running, whether or not its jitter is out.
+        in_flight=FireTimes(sorted(s for s in chain(missing, awaiting) if s in running_seconds)),
         missing=FireTimes(
             missing if not running_seconds else (s for s in missing if s not in running_seconds)
         ),
@@ -124,6 +155,8 @@ async def audit(
         paused=schedule.description.schedule.state.paused,
         lease_skips_total=beat["lease_skips"] if beat else 0,
         last_lease_skip=lease_skip_json(beat),
+        awaiting_jitter=FireTimes(s for s in awaiting if s not in running_seconds),
+        judged=planned.judged,
     )
 
 

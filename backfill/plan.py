@@ -1,35 +1,44 @@
 """`backfill plan`: the fire times a schedule should have run in a window and has no outbox
 record for.
 
-Expected times are Temporal's own evaluation of the schedule's spec (ListScheduleMatchingTimes):
-cronwarden never evaluates a cron itself. The plan is a stream: one page of matching times (at
-most 1000) becomes one set-based outbox query, and only the missing times are kept, as 8-byte
-integers. A year of minutely fires is planned without ever holding a Python object per key.
+Expected times are Temporal's own evaluation of the spec in force (ListScheduleMatchingTimes),
+always without jitter: the nominal times the logical keys name. cronwarden never evaluates a cron
+itself. The plan is a stream: one page of matching times (at most 1000) becomes one set-based
+outbox query, and only the missing times are kept, as 8-byte integers. A year of minutely fires
+is planned without ever holding a Python object per key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import AsyncGenerator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
-from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleDescription
+from temporalio.client import (
+    Client,
+    ScheduleActionStartWorkflow,
+    ScheduleDescription,
+    ScheduleSpec,
+)
 
 from cronwarden.activities.contract import format_fire_time
 from cronwarden.backfill.spec_history import Applied, segments
 from cronwarden.backfill.window import Window
 from cronwarden.schedules.apply import NotManaged, describe_or_none, is_managed
 from cronwarden.schedules.inventory import no_such_schedule
-from cronwarden.schedules.preview import scratch_schedule
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.schedules.preview import scratch_of_spec, scratch_schedule
 from cronwarden.store import definitions, outbox
+from cronwarden.times import utc_text, utc_text_or_none
 from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
 
@@ -112,8 +121,8 @@ async def matching_times(
         times = response.start_time
         if not times:
             return
-        # Fire times carry no fraction without jitter, and cronwarden sets none; the key
-        # truncates to the second exactly like this.
+        # Fire times carry no fraction without jitter, and no spec asked here has any (see
+        # `_parts`); the key truncates to the second exactly like this.
         page = [t.seconds for t in times]
         # A page as the contract says (ascending, each once, inside the window) is taken whole;
         # these checks run in C, where a loop per time was most of the client's CPU on a year.
@@ -168,6 +177,31 @@ class FireTimes:
         return keys_of(schedule_id, self.seconds)
 
 
+@dataclass(frozen=True)
+class Judged:
+    """One part of a planned window and what its fire times were evaluated from."""
+
+    window: Window
+    applied_at: datetime | None
+    """The recorded apply (definition_history row) in force; None: no row covers the part (a
+    create whose history write failed, a schedule older than the history, the part before its
+    first row), and the live schedule's own spec stood in."""
+    jitter: timedelta | None
+    """The jitter of the definition in force: how long after its nominal time a fire may start."""
+
+    @property
+    def source(self) -> str:
+        return "history" if self.applied_at is not None else "live"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            **self.window.as_json(),
+            "source": self.source,
+            "applied_at": utc_text_or_none(self.applied_at),
+            "jitter_seconds": int(self.jitter.total_seconds()) if self.jitter else 0,
+        }
+
+
 @dataclass
 class Plan:
     schedule_id: str
@@ -177,6 +211,12 @@ class Plan:
     done: int
     missing: array[int]
     """Fire times without an outbox record, epoch seconds, ascending."""
+    awaiting_jitter: array[int] = field(default_factory=lambda: array("q"))
+    """Fire times without an outbox record whose nominal time has passed but whose jittered
+    start may still come (nominal + the jitter in force is later than now): not missing yet.
+    A replay of one would run the job before the schedule does."""
+    judged: list[Judged] = field(default_factory=list)
+    """The parts of the window, oldest first, each with what its fire times came from."""
 
     def counts_json(self) -> dict[str, Any]:
         return {
@@ -185,7 +225,13 @@ class Plan:
             "expected": self.expected,
             "done": self.done,
             "missing": len(self.missing),
+            "awaiting_jitter": len(self.awaiting_jitter),
+            "judged_by": [j.as_json() for j in self.judged],
         }
+
+    def notes(self) -> list[str]:
+        """Text lines for what the counts alone do not say (printed under them)."""
+        return judged_notes(self.judged) + awaiting_notes(len(self.awaiting_jitter))
 
     def missing_times(self) -> Iterator[datetime]:
         """One at a time: a replay of a whole year holds no datetime per key."""
@@ -197,6 +243,26 @@ class Plan:
     def iter_missing_keys(self) -> Iterator[str]:
         """The missing keys one at a time, for output written as it goes."""
         return keys_of(self.schedule_id, self.missing)
+
+
+def judged_notes(judged: Iterable[Judged]) -> list[str]:
+    """A line per part judged without a recorded definition: the operator should know that its
+    times come from today's spec, which may not be the one that was in force then."""
+    return [
+        f"  {utc_text(j.window.start)} .. {utc_text(j.window.end)}: no recorded definition, "
+        "judged by the live schedule's spec (without jitter)"
+        for j in judged
+        if j.applied_at is None
+    ]
+
+
+def awaiting_notes(count: int) -> list[str]:
+    if not count:
+        return []
+    return [
+        f"  not missing yet: {count} fire(s) whose jittered start may still come "
+        "(nominal time + jitter is later than now)"
+    ]
 
 
 def keys_of(
@@ -227,59 +293,162 @@ _MIDNIGHT = "00:00:00Z"
 
 
 async def plan(
-    client: Client, pool: asyncpg.Pool, schedule: ManagedSchedule, window: Window
+    client: Client,
+    pool: asyncpg.Pool,
+    schedule: ManagedSchedule,
+    window: Window,
+    *,
+    now: datetime | None = None,
 ) -> Plan:
     """The plan for the window, clamped to the schedule's creation: no fire was due before."""
     return await plan_window(
-        client, pool, schedule.schedule_id, window.clamped_to(schedule.created_at)
+        client,
+        pool,
+        schedule.schedule_id,
+        window.clamped_to(schedule.created_at),
+        now=now,
+        live=schedule.description,
     )
 
 
-async def plan_window(client: Client, pool: asyncpg.Pool, schedule_id: str, window: Window) -> Plan:
+async def plan_window(
+    client: Client,
+    pool: asyncpg.Pool,
+    schedule_id: str,
+    window: Window,
+    *,
+    now: datetime | None = None,
+    live: ScheduleDescription | None = None,
+) -> Plan:
     """Expected minus done over exactly `window`: one matching-times page, one query."""
     async with pool.acquire() as conn:
-        return await plan_on(client, conn, schedule_id, window)
+        return await plan_on(client, conn, schedule_id, window, now=now, live=live)
 
 
-async def plan_on(client: Client, conn: Any, schedule_id: str, window: Window) -> Plan:
+async def plan_on(
+    client: Client,
+    conn: Any,
+    schedule_id: str,
+    window: Window,
+    *,
+    now: datetime | None = None,
+    live: ScheduleDescription | None = None,
+) -> Plan:
     """`plan_window` on one connection: inside a REPEATABLE READ transaction every page (and
     whatever the caller reads after) sees one snapshot of the outbox.
 
-    Each part of the window is judged by the definition in force then (schedules/spec_history):
-    the live schedule answers for its own definition, a paused scratch copy for an older one.
+    Each part of the window is judged by the definition in force then (schedules/spec_history),
+    always at its nominal times. A fire without an outbox record is missing only once its
+    nominal time plus that definition's jitter has passed (at `now`, the clock when not given):
+    before that, Temporal may still start it, and it is counted as awaiting its jitter instead.
+    `live` is the schedule's description, if the caller has one (it is described otherwise,
+    only when needed).
     """
+    now = datetime.now(UTC) if now is None else now
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
-    async for page in expected_pages(client, conn, schedule_id, window):
-        missing = await outbox.missing_fire_times(conn, schedule_id, page)
-        result.expected += len(page)
-        result.done += len(page) - len(missing)
-        result.missing.extend(missing)
+    for part in await _parts(client, conn, schedule_id, window, live):
+        result.judged.append(part.judged)
+        # The last nominal second whose jittered start must have come by now.
+        due = math.floor((now - (part.judged.jitter or timedelta(0))).timestamp())
+        async for page in _prefetched(part.pages(client, schedule_id)):
+            missing = await outbox.missing_fire_times(conn, schedule_id, page)
+            result.expected += len(page)
+            result.done += len(page) - len(missing)
+            if missing and missing[-1] > due:
+                cut = bisect_right(missing, due)
+                result.awaiting_jitter.extend(missing[cut:])
+                missing = missing[:cut]
+            result.missing.extend(missing)
     return result
 
 
 async def expected_pages(
-    client: Client, conn: Any, schedule_id: str, window: Window
+    client: Client,
+    conn: Any,
+    schedule_id: str,
+    window: Window,
+    *,
+    live: ScheduleDescription | None = None,
 ) -> AsyncGenerator[list[int], None]:
     """The nominal fire times (epoch seconds, ascending, in pages) the schedule should have
-    produced in `window`, each part judged by the definition in force then.
+    produced in `window`, each part judged by the definition in force then."""
+    for part in await _parts(client, conn, schedule_id, window, live):
+        async for page in _prefetched(part.pages(client, schedule_id)):
+            yield page
 
-    The live schedule answers for its own definition unless that definition has jitter: Temporal
-    answers jittered times, which name no logical key (a replay of one would apply the job a
-    second time under another key), so a scratch copy without jitter answers instead.
+
+@dataclass(frozen=True)
+class _Part:
+    """A part of the window, what judges it, and how Temporal is asked for its nominal times."""
+
+    judged: Judged
+    definition: ScheduleDefinition | None
+    """Evaluated through a paused copy without jitter; None with `spec` None: the live schedule
+    itself is asked (its spec has no jitter, so its times are the nominal ones)."""
+    spec: ScheduleSpec | None
+    """The live schedule's own spec, evaluated through a paused copy without jitter."""
+    task_queue: str
+
+    async def pages(self, client: Client, schedule_id: str) -> AsyncGenerator[list[int], None]:
+        window = self.judged.window
+        if self.definition is not None:
+            scratch = scratch_schedule(client, self.definition, task_queue=self.task_queue)
+        elif self.spec is not None:
+            scratch = scratch_of_spec(client, self.spec, task_queue=self.task_queue)
+        else:
+            async for page in matching_times(client, schedule_id, window):
+                yield page
+            return
+        async with scratch as scratch_id:
+            async for page in matching_times(client, scratch_id, window):
+                yield page
+
+
+async def _parts(
+    client: Client,
+    conn: Any,
+    schedule_id: str,
+    window: Window,
+    live: ScheduleDescription | None,
+) -> list[_Part]:
+    """The window's parts and how each is evaluated.
+
+    Temporal's matching times are the jittered ones when the spec asked has jitter, and a
+    jittered time names no logical key (a replay of one applies the job a second time under a
+    key of its own). So the live schedule is asked directly only when its spec Temporal holds
+    has no jitter; otherwise a paused copy without jitter answers: of the recorded definition
+    in force, or, for a part no recorded definition covers, of the live schedule's own spec.
     """
     history = [Applied(*row) for row in await definitions.history(conn, schedule_id)]
-    live = history[-1] if history else None
+    latest = history[-1] if history else None
+    parts: list[_Part] = []
     for segment in segments(history, window):
         applied = segment.applied
-        if applied is None or (applied is live and applied.rebuilt().jitter is None):
-            async for page in _prefetched(matching_times(client, schedule_id, segment.window)):
-                yield page
+        if applied is None:
+            live = live or await _describe(client, schedule_id)
+            spec = live.schedule.spec
+            action = live.schedule.action
+            queue = action.task_queue if isinstance(action, ScheduleActionStartWorkflow) else ""
+            judged = Judged(segment.window, None, spec.jitter)
+            parts.append(_Part(judged, None, spec if spec.jitter else None, queue))
             continue
-        async with scratch_schedule(
-            client, applied.rebuilt(), task_queue=applied.task_queue
-        ) as scratch_id:
-            async for page in _prefetched(matching_times(client, scratch_id, segment.window)):
-                yield page
+        defn = applied.rebuilt()
+        judged = Judged(segment.window, applied.applied_at, defn.jitter)
+        direct = False
+        if applied is latest and defn.jitter is None:
+            # The latest row should be what Temporal holds, but a write whose row was lost
+            # (an update interrupted between the two) may have given the live spec a jitter.
+            live = live or await _describe(client, schedule_id)
+            direct = not live.schedule.spec.jitter
+        parts.append(_Part(judged, None if direct else defn, None, applied.task_queue))
+    return parts
+
+
+async def _describe(client: Client, schedule_id: str) -> ScheduleDescription:
+    desc = await describe_or_none(client, schedule_id)
+    if desc is None:
+        raise await no_such_schedule(client, schedule_id)
+    return desc
 
 
 async def _prefetched(pages: AsyncGenerator[list[int], None]) -> AsyncGenerator[list[int], None]:

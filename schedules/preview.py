@@ -16,12 +16,19 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.workflowservice.v1 import ListScheduleMatchingTimesRequest
-from temporalio.client import Client, ScheduleActionStartWorkflow, ScheduleState
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleSpec,
+    ScheduleState,
+)
 
 from cronwarden.logs import get_logger
 from cronwarden.schedules.mapping import to_temporal
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.times import utc_text
+from cronwarden.workflows.scheduled_run import WORKFLOW_NAME
 
 PREVIEW_COUNT = 3
 PREVIEW_PREFIX = "cronwarden-preview-"
@@ -40,13 +47,36 @@ async def scratch_schedule(
     The copy has no jitter: Temporal's matching times (and next action times) are the jittered
     ones, seeded per schedule, while logical keys name the nominal slot. Without jitter the copy
     answers exactly the slots the keys are built from."""
+    async with _scratch(client, to_temporal(defn, task_queue=task_queue)) as scratch_id:
+        yield scratch_id
+
+
+@asynccontextmanager
+async def scratch_of_spec(
+    client: Client, spec: ScheduleSpec, *, task_queue: str
+) -> AsyncIterator[str]:
+    """A paused schedule of `spec` (as a schedule's description gives it), without its jitter,
+    deleted on leaving; yields its id. For a schedule whose definition was never recorded: its
+    own spec is all there is, and asking the schedule itself would answer jittered times."""
+    # The action is never started (the copy is paused): a bare one, with no payload to encode.
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(WORKFLOW_NAME, id="scratch", task_queue=task_queue),
+        spec=spec,
+    )
+    async with _scratch(client, schedule) as scratch_id:
+        yield scratch_id
+
+
+@asynccontextmanager
+async def _scratch(client: Client, schedule: Schedule) -> AsyncIterator[str]:
     scratch_id = f"{PREVIEW_PREFIX}{uuid.uuid4().hex}"
-    schedule = to_temporal(defn.model_copy(update={"jitter": None}), task_queue=task_queue)
     assert isinstance(schedule.action, ScheduleActionStartWorkflow)
     # Paused and under an id of its own: even a copy that outlived its delete could not start
-    # a run, let alone one whose workflow id collides with the real schedule's.
+    # a run, let alone one whose workflow id collides with the real schedule's. Without jitter,
+    # whatever the original had: the copy answers nominal slots only.
     schedule = replace(
         schedule,
+        spec=replace(schedule.spec, jitter=None),
         action=replace(schedule.action, id=scratch_id),
         state=ScheduleState(paused=True, note="cronwarden scratch copy: evaluates a spec"),
     )
