@@ -348,13 +348,15 @@ async def plan_on(
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
     for part in await _parts(client, conn, schedule_id, window, live):
         result.judged.append(part.judged)
-        # The last nominal second whose jittered start must have come by now.
-        due = math.floor((now - (part.judged.jitter or timedelta(0))).timestamp())
+        # The last nominal second whose jittered start must have come by now. Without jitter
+        # every time asked for counts (the commands never ask past now).
+        jitter = part.judged.jitter
+        due = math.floor((now - jitter).timestamp()) if jitter else None
         async for page in _prefetched(part.pages(client, schedule_id)):
             missing = await outbox.missing_fire_times(conn, schedule_id, page)
             result.expected += len(page)
             result.done += len(page) - len(missing)
-            if missing and missing[-1] > due:
+            if due is not None and missing and missing[-1] > due:
                 cut = bisect_right(missing, due)
                 result.awaiting_jitter.extend(missing[cut:])
                 missing = missing[:cut]
