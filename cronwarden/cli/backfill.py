@@ -114,6 +114,8 @@ def _print_plan(p: Plan, requested: Window, *, keys: bool) -> None:
     if p.window.start != requested.start:
         out.print("  (starts after the schedule's creation: no fire was due before it)")
     out.print(f"expected {p.expected}, done {p.done}, missing {len(p.missing)}")
+    # Parts judged without a recorded definition, fires still within their jitter.
+    _print_lines(p.notes())
     if keys:
         _print_lines(f"  {key}" for key in p.iter_missing_keys())
 
@@ -309,6 +311,7 @@ def _print_audit(result: Audit) -> None:
         f"should have run {result.expected}: committed {result.committed}, "
         f"running {len(result.in_flight)}, missing {len(result.missing)}"
     )
+    _print_lines(result.notes())
     if result.committed_off_spec:
         out.print(f"committed at other times (manual triggers): {result.committed_off_spec}")
     out.print(
