@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cronwarden.backfill.window import Window, make_window, parse_instant, parse_since
+from cronwarden.backfill.window import (
+    DueCap,
+    Window,
+    due_cap,
+    make_window,
+    parse_instant,
+    parse_since,
+)
 from cronwarden.cli.support import (
     duration_flag,
     emit_json,
@@ -21,6 +28,7 @@ from cronwarden.cli.support import (
     run_command,
 )
 from cronwarden.errors import EXIT_FAILED, CronwardenError, InvalidInput
+from cronwarden.times import duration_text, utc_text
 
 if TYPE_CHECKING:
     # Imported for types only: the CLI starts without loading the Temporal SDK or asyncpg.
@@ -42,7 +50,14 @@ ScheduleId = Annotated[str, typer.Argument(help="Schedule id.")]
 Start = Annotated[
     str, typer.Option("--start", help="Window start: ISO 8601 with a zone, `now` or `-2h`.")
 ]
-End = Annotated[str, typer.Option("--end", help="Window end (inclusive), at most `now`.")]
+End = Annotated[
+    str,
+    typer.Option(
+        "--end",
+        help="Window end (inclusive), at most `now`; capped at what is due by Temporal's clock "
+        "and the schedule's next fire.",
+    ),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
@@ -51,6 +66,19 @@ class Context:
     client: Client
     pool: asyncpg.Pool
     schedule: ManagedSchedule
+
+    async def cap(self) -> DueCap:
+        """The last fire time due, by Temporal's clock and the schedule's progress as described
+        on connecting: both only move on after that, so the cap can be early, never late."""
+        from cronwarden.backfill.window import temporal_now
+
+        desc = self.schedule.description
+        return due_cap(
+            await temporal_now(self.client),
+            desc.info.next_action_times,
+            desc.schedule.spec.jitter,
+            paused=desc.schedule.state.paused,
+        )
 
 
 @asynccontextmanager
@@ -78,9 +106,10 @@ def _window(start: str, end: str) -> Window:
     )
 
 
-def plan_json(p: Plan) -> dict[str, Any]:
+def plan_json(p: Plan, cap: DueCap | None = None) -> dict[str, Any]:
     """The plan's `--json` document; its key list is an iterator, formatted as it is written."""
-    return p.counts_json() | {"missing_keys": p.iter_missing_keys()}
+    capped = {"cap": cap.as_json()} if cap is not None else {}
+    return p.counts_json() | capped | {"missing_keys": p.iter_missing_keys()}
 
 
 def _print_json(data: dict[str, Any]) -> None:
@@ -108,11 +137,23 @@ def _print_lines(lines: Iterable[str]) -> None:
     out.write_text("".join(chunk))
 
 
-def _print_plan(p: Plan, requested: Window, *, keys: bool) -> None:
+def _print_cap(requested: Window, cap: DueCap) -> None:
+    """Say where the window was cut, and why: the end asked for is not what was planned."""
+    if cap.end >= requested.end:
+        return
+    reason = f"Temporal's clock reads {utc_text(cap.now)}"
+    if cap.next_action_time is not None:
+        jitter = f", jitter up to {duration_text(cap.jitter)}" if cap.jitter else ""
+        reason += f", the schedule's next fire is {utc_text(cap.next_action_time)}{jitter}"
+    out.print(f"  (capped at {utc_text(cap.end)}: {reason}; no later fire is due yet)")
+
+
+def _print_plan(p: Plan, requested: Window, cap: DueCap, *, keys: bool) -> None:
     window = p.window.as_json()
     out.print(f"{p.schedule_id}: window {window['start']} .. {window['end']}")
     if p.window.start != requested.start:
         out.print("  (starts after the schedule's creation: no fire was due before it)")
+    _print_cap(requested, cap)
     out.print(f"expected {p.expected}, done {p.done}, missing {len(p.missing)}")
     # Parts judged without a recorded definition, fires still within their jitter.
     _print_lines(p.notes())
@@ -127,13 +168,17 @@ def backfill_plan(schedule_id: ScheduleId, start: Start, end: End, as_json: AsJs
     async def go() -> None:
         from cronwarden.backfill.plan import plan
 
-        window = _window(start, end)
+        requested = _window(start, end)
         async with _connected(schedule_id) as ctx:
-            p = await plan(ctx.client, ctx.pool, ctx.schedule, window)
+            cap = await ctx.cap()
+            # Temporal's `now` for the jitter rule too (a fire within its jitter is not missing).
+            p = await plan(
+                ctx.client, ctx.pool, ctx.schedule, requested.capped_to(cap), now=cap.now
+            )
         if as_json:
-            _print_json(plan_json(p))
+            _print_json(plan_json(p, cap))
         else:
-            _print_plan(p, window, keys=True)
+            _print_plan(p, requested, cap, keys=True)
 
     run_command(go)
 
@@ -160,6 +205,13 @@ def backfill_run(
     yes: Annotated[
         bool, typer.Option("--yes", help=f"Replay more than {CONFIRM_ABOVE} keys without asking.")
     ] = False,
+    include_paused: Annotated[
+        bool,
+        typer.Option(
+            "--include-paused",
+            help="Replay even though the schedule is paused now (refused without it).",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Replay every fire time of the window that has no outbox record, and wait for each."""
@@ -169,24 +221,29 @@ def backfill_run(
         from cronwarden.backfill.plan import plan
         from cronwarden.backfill.replay import FAILED
 
-        window = _window(start, end)
+        requested = _window(start, end)
         async with _connected(schedule_id) as ctx:
-            p = await plan(ctx.client, ctx.pool, ctx.schedule, window)
+            _refuse_paused(ctx.schedule, include_paused)
+            cap = await ctx.cap()
+            # Temporal's `now` for the jitter rule too (a fire within its jitter is not missing).
+            p = await plan(
+                ctx.client, ctx.pool, ctx.schedule, requested.capped_to(cap), now=cap.now
+            )
             if not as_json:
-                _print_plan(p, window, keys=False)
+                _print_plan(p, requested, cap, keys=False)
             if dry_run:
-                _print_dry_run(p, as_json)
+                _print_dry_run(p, as_json, cap)
                 return 0
             if not p.missing:
                 if as_json:
-                    emit_json(_run_json(p, None))
+                    emit_json(_run_json(p, cap, None))
                 else:
                     out.print("nothing to replay")
                 return 0
             _confirm(len(p.missing), yes)
             summary = await _replay_with_progress(ctx, p, concurrency, lock_wait)
         if as_json:
-            emit_json(_run_json(p, summary))
+            emit_json(_run_json(p, cap, summary))
         else:
             counts = summary.counts
             out.print(", ".join(f"{name} {n}" for name, n in counts.items()))
@@ -206,7 +263,20 @@ def backfill_run(
         raise typer.Exit(code)
 
 
-def _print_dry_run(p: Plan, as_json: bool) -> None:
+def _refuse_paused(schedule: ManagedSchedule, include_paused: bool) -> None:
+    """A schedule paused now is held on purpose (a migration, an incident): replaying its fires
+    would run the very jobs the pause holds back. Only an explicit flag overrides that."""
+    state = schedule.description.schedule.state
+    if not state.paused or include_paused:
+        return
+    note = f' ("{state.note}")' if state.note else ""
+    raise InvalidInput(
+        f"schedule '{schedule.schedule_id}' is paused{note}: nothing replayed. Unpause it "
+        "first, or pass --include-paused to replay its missing fires while it stays paused"
+    )
+
+
+def _print_dry_run(p: Plan, as_json: bool, cap: DueCap | None = None) -> None:
     from cronwarden.backfill.plan import keys_of
     from cronwarden.schedules.run_ids import REPLAY_INFIX
 
@@ -214,7 +284,7 @@ def _print_dry_run(p: Plan, as_json: bool) -> None:
     # the replay infix), one at a time.
     workflow_ids = keys_of(p.schedule_id, p.missing, prefix=f"{p.schedule_id}{REPLAY_INFIX}")
     if as_json:
-        _print_json(plan_json(p) | {"dry_run": True, "workflow_ids": workflow_ids})
+        _print_json(plan_json(p, cap) | {"dry_run": True, "workflow_ids": workflow_ids})
         return
     _print_lines(
         f"  would replay {key} as {wid}"
@@ -265,11 +335,12 @@ async def _replay_with_progress(ctx: Context, p: Plan, concurrency: int, lock_wa
         )
 
 
-def _run_json(p: Plan, summary: Any) -> dict[str, Any]:
+def _run_json(p: Plan, cap: DueCap, summary: Any) -> dict[str, Any]:
     from cronwarden.backfill.replay import OUTCOMES
 
     counts = summary.counts if summary is not None else dict.fromkeys(OUTCOMES, 0)
     return p.counts_json() | {
+        "cap": cap.as_json(),
         "summary": counts,
         "failed": [
             {"logical_key": f.logical_key, "workflow_id": f.workflow_id, "error": f.detail}
@@ -291,22 +362,27 @@ def audit_command(
         from cronwarden.backfill.audit import audit
 
         now = datetime.now(UTC)
-        window = make_window(parse_since(since, now=now), now, now=now)
+        requested = make_window(parse_since(since, now=now), now, now=now)
         async with _connected(schedule_id) as ctx:
-            result = await audit(ctx.client, ctx.pool, ctx.schedule, window)
+            cap = await ctx.cap()
+            result = await audit(
+                ctx.client, ctx.pool, ctx.schedule, requested.capped_to(cap), now=cap.now
+            )
         if as_json:
-            _print_json(result.as_json())
+            _print_json(result.as_json() | {"cap": cap.as_json()})
             return
-        _print_audit(result)
+        _print_audit(result, requested, cap)
 
     run_command(go)
 
 
-def _print_audit(result: Audit) -> None:
+def _print_audit(result: Audit, requested: Window | None = None, cap: DueCap | None = None) -> None:
     from cronwarden.activities.contract import logical_key
 
     w, schedule_id = result.window.as_json(), result.schedule_id
     out.print(f"{schedule_id}: window {w['start']} .. {w['end']}")
+    if requested is not None and cap is not None:
+        _print_cap(requested, cap)
     out.print(
         f"should have run {result.expected}: committed {result.committed}, "
         f"running {len(result.in_flight)}, missing {len(result.missing)}"

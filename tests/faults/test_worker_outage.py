@@ -104,7 +104,10 @@ async def test_an_outage_of_every_worker_pages_within_grace_and_backfill_closes_
     fires = await freeze(handle, pool, cli_env, created_at)
     info = (await handle.describe()).info
     window = ["--start", iso(created_at), "--end", iso(fires.end)]
-    replay = await cli_json(cli_env, "backfill", "run", schedule_id, *window, "--yes")
+    # Frozen by a pause: replaying the paused schedule takes the flag.
+    replay = await cli_json(
+        cli_env, "backfill", "run", schedule_id, *window, "--yes", "--include-paused"
+    )
     listed_after = await listed_by_plan(cli_env, schedule_id, created_at, fires.end)
 
     incidents = await fetch(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import re
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -51,6 +53,7 @@ from cronwarden.store import locks
 from cronwarden.store.pool import create_pool
 from tests.support.cli import cli, cli_json, cronwarden_argv, iso
 from tests.support.database import fetch
+from tests.support.faults.worker_process import SKEWED_CLOCK
 from tests.support.paths import REPO_ROOT
 from tests.support.runs import effects, queued_at
 from tests.support.schedules import definition, every_two_seconds
@@ -194,7 +197,10 @@ async def _check_outage_is_replayed(
     )
     assert audited["temporal"]["paused"] is True
 
-    replay = await cli_json(env, "backfill", "run", schedule_id, *window, "--yes")
+    # The schedule was paused to freeze the window: replaying it anyway takes the flag.
+    replay = await cli_json(
+        env, "backfill", "run", schedule_id, *window, "--yes", "--include-paused"
+    )
     assert replay["summary"] == {
         REPLAYED: len(missing),
         ALREADY_DONE: 0,
@@ -204,7 +210,7 @@ async def _check_outage_is_replayed(
 
     after = await cli_json(env, "backfill", "plan", schedule_id, *window)
     assert (after["expected"], after["done"], after["missing"]) == (len(expected), len(expected), 0)
-    again = await cli_json(env, "backfill", "run", schedule_id, *window)
+    again = await cli_json(env, "backfill", "run", schedule_id, *window, "--include-paused")
     assert again["missing"] == 0
     assert again["summary"][REPLAYED] == 0
 
@@ -342,6 +348,7 @@ async def test_running_backfill_twice_at_once_applies_each_key_once(
 ) -> None:
     window = missed
     args = ["--start", iso(window.start), "--end", iso(window.end), "--concurrency", "3"]
+    args.append("--include-paused")
     first, second = await asyncio.gather(
         cli_json(cli_env, "backfill", "run", schedule_id, *args),
         cli_json(cli_env, "backfill", "run", schedule_id, *args),
@@ -371,7 +378,7 @@ async def test_running_backfill_twice_at_once_applies_each_key_once(
 async def test_a_lease_held_past_lock_wait_leaves_keys_overlap_locked_and_exits_1(
     client: Client, pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
 ) -> None:
-    args = ["--start", iso(missed.start), "--end", iso(missed.end)]
+    args = ["--start", iso(missed.start), "--end", iso(missed.end), "--include-paused"]
     lease = f"schedule:{schedule_id}"
     async with pool.acquire() as conn:
         # Another holder (a live run of a long job, say) keeps the schedule's lease throughout.
@@ -639,6 +646,7 @@ async def test_a_dry_run_starts_nothing(
         "--end",
         iso(window.end),
         "--dry-run",
+        "--include-paused",
     )
     assert report["dry_run"] is True
     assert report["missing_keys"] == planned.missing_keys()
@@ -665,6 +673,7 @@ async def test_a_run_whose_replays_fail_reports_each_and_exits_1(
         iso(missed.start),
         "--end",
         iso(missed.end),
+        "--include-paused",
         "--json",
     )
     assert result.code == 1, result.stderr
@@ -748,7 +757,14 @@ async def test_more_than_a_hundred_keys_without_yes_and_without_a_terminal_start
     assert len(planned.missing) > CONFIRM_ABOVE
     proc = await asyncio.create_subprocess_exec(
         *cronwarden_argv(
-            "backfill", "run", schedule_id, "--start", iso(missed.start), "--end", iso(missed.end)
+            "backfill",
+            "run",
+            schedule_id,
+            "--start",
+            iso(missed.start),
+            "--end",
+            iso(missed.end),
+            "--include-paused",
         ),
         env=cli_env,
         cwd=REPO_ROOT,
@@ -767,3 +783,102 @@ async def test_more_than_a_hundred_keys_without_yes_and_without_a_terminal_start
             await client.get_workflow_handle(replay_workflow_id(schedule_id, fire_time)).describe()
         assert exc_info.value.status == RPCStatusCode.NOT_FOUND
     assert await committed(pool, schedule_id) == {}
+
+
+async def test_a_window_past_the_schedules_next_fire_is_capped_by_temporal_not_the_host_clock(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: Worker,
+    schedule_id: str,
+    cli_env: dict[str, str],
+) -> None:
+    # The CLI's host clock runs a minute ahead: its `now` is a minute into the schedule's future,
+    # and the host's own "not in the future" check lets such an end through.
+    skewed = cli_env | {
+        "PYTHONPATH": os.pathsep.join([str(SKEWED_CLOCK), cli_env["PYTHONPATH"]]),
+        "CRONWARDEN_TEST_CLOCK_SKEW_SECONDS": "60",
+    }
+    await apply_definitions(
+        client, pool, [definition(schedule_id, every="2s")], task_queue=task_queue
+    )
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        described = await handle.describe()
+        window = ["--start", iso(described.info.created_at), "--end", "now"]
+        before = min(described.info.next_action_times)
+        report = await cli_json(skewed, "backfill", "run", schedule_id, *window, "--yes")
+        printed = await cli(skewed, "backfill", "plan", schedule_id, *window)
+        after = min((await handle.describe()).info.next_action_times)
+        rows = await fetch(
+            pool,
+            "SELECT fire_time, workflow_id, committed_at FROM cronwarden.outbox "
+            "WHERE schedule_id = $1",
+            schedule_id,
+        )
+    finally:
+        await handle.delete()
+
+    replayed = [r["fire_time"] for r in rows if REPLAY_INFIX in r["workflow_id"]]
+    # Nothing the scheduler had not reached yet was replayed, so no key committed before its
+    # nominal time (Postgres' clock, on the servers' side).
+    assert all(t < after for t in replayed), (replayed, after)
+    assert all(r["committed_at"] >= r["fire_time"] for r in rows), rows
+    cap = datetime.fromisoformat(report["cap"]["end"])
+    temporal_now = datetime.fromisoformat(report["cap"]["temporal_now"])
+    next_action = datetime.fromisoformat(report["cap"]["next_action_time"])
+    assert report["window"]["end"] == report["cap"]["end"]
+    # The schedule's next action time and Temporal's clock, read while the command ran; the
+    # clock had passed the fire before `before` when the test described the schedule.
+    assert before <= next_action <= after
+    assert cap == min(temporal_now.replace(microsecond=0), next_action - timedelta(seconds=1))
+    assert before - timedelta(seconds=2) <= cap < after
+    assert all(t <= cap for t in replayed)
+    assert report["summary"]["failed"] == report["summary"][OVERLAP_LOCKED] == 0
+    assert printed.code == 0, printed.stderr
+    # The plan, run a moment later, printed its own cap, under the window it ends.
+    line = re.search(
+        r"window \S+ \.\. (\S+)\n(?:.*\n)?  \(capped at (\S+): Temporal's clock reads \S+, "
+        r"the schedule's next fire is (\S+); no later fire is due yet\)\n",
+        printed.stdout,
+    )
+    assert line is not None, printed.stdout
+    assert line[1] == line[2]
+    assert cap <= datetime.fromisoformat(line[2]) < datetime.fromisoformat(line[3]) <= after
+
+
+async def test_a_paused_schedule_is_refused_unless_include_paused_is_given(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, cli_env: dict[str, str], missed: Window
+) -> None:
+    handle = client.get_schedule_handle(schedule_id)
+    await handle.pause(note="paused for a ledger migration")
+    args = ["backfill", "run", schedule_id, "--start", iso(missed.start), "--end", iso(missed.end)]
+    schedule = await load_managed(client, schedule_id)
+    planned = await plan(client, pool, schedule, missed)
+    assert len(planned.missing) >= 6
+
+    for extra in ([], ["--json"], ["--dry-run"], ["--yes"]):
+        refused = await cli(cli_env, *args, *extra)
+        assert refused.code == 2, refused
+        assert refused.stderr.startswith(
+            f"error: schedule '{schedule_id}' is paused (\"paused for a ledger migration\"): "
+            "nothing replayed"
+        ), refused.stderr
+        assert "--include-paused" in refused.stderr
+        assert refused.stdout == ""
+    for fire_time in planned.missing_times():
+        with pytest.raises(RPCError) as exc_info:
+            await client.get_workflow_handle(replay_workflow_id(schedule_id, fire_time)).describe()
+        assert exc_info.value.status == RPCStatusCode.NOT_FOUND
+    assert await committed(pool, schedule_id) == {}
+
+    report = await cli_json(cli_env, *args, "--include-paused")
+    assert report["summary"] == {
+        REPLAYED: len(planned.missing),
+        ALREADY_DONE: 0,
+        OVERLAP_LOCKED: 0,
+        "failed": 0,
+    }
+    assert sorted(await committed(pool, schedule_id)) == list(planned.missing_times())
+    # Still paused: the flag replays past fires, it does not unpause the schedule.
+    assert (await handle.describe()).schedule.state.paused
