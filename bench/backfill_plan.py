@@ -191,7 +191,8 @@ def commands(window: Window) -> list[Command]:
         ),
         Command(
             "backfill run --dry-run",
-            ["backfill", "run", SCHEDULE_ID, *span, "--dry-run"],
+            # The bench's schedules are paused (nothing may fire into the measured window).
+            ["backfill", "run", SCHEDULE_ID, *span, "--dry-run", "--include-paused"],
             _lines("  would replay "),
         ),
         Command("audit", ["audit", SCHEDULE_ID, *since], _lines("  missing "), exact=False),
@@ -204,7 +205,7 @@ def worst_case(window: Window) -> Command:
     span = ["--start", utc_text(window.start), "--end", utc_text(window.end)]
     return Command(
         "backfill run --dry-run --json",
-        ["backfill", "run", NONE_DONE_ID, *span, "--dry-run", "--json"],
+        ["backfill", "run", NONE_DONE_ID, *span, "--dry-run", "--include-paused", "--json"],
         lambda text: len(json.loads(text)["workflow_ids"]),
     )
 

@@ -174,7 +174,13 @@ class FaultRunner:
         end = datetime.fromtimestamp(time.time() - BACKFILL_LAG, UTC)
         start = datetime.fromtimestamp(end.timestamp() - fault.seconds, UTC)
         self.log.say(f"backfill run {fault.target} from {iso(start)} to {iso(end)}")
-        args = ["backfill", "run", sid, "--start", iso(start), "--end", iso(end), "--yes"]
+        # The soak's own faults pause schedules (an operator's pause, Temporal's pause after a
+        # failed run); the replays under test run through them, as they did before pauses
+        # were refused by default.
+        args = [
+            "backfill", "run", sid, "--start", iso(start), "--end", iso(end), "--yes",
+            "--include-paused",
+        ]  # fmt: skip
         give_up_at = time.monotonic() + OPERATOR_RETRY_FOR
         while True:
             result = await cli(self.env, *args, "--json", timeout=BACKFILL_TIMEOUT)

@@ -306,9 +306,9 @@ async def _close_with_backfill(
         sid = ids[s.name]
         start, end = created[s.name], ends[s.name]
         window = ["--start", iso(start), "--end", iso(end)]
-        result = await cli(
-            env, "backfill", "run", sid, *window, "--yes", "--json", timeout=BACKFILL_TIMEOUT
-        )
+        # Paused by the soak itself to freeze the windows: the replays are meant to run anyway.
+        args = ["backfill", "run", sid, *window, "--yes", "--include-paused", "--json"]
+        result = await cli(env, *args, timeout=BACKFILL_TIMEOUT)
         ledger.notes.append(f"closing backfill run: exit {result.code}, {backfill_summary(result)}")
         ledger.left = await listed_by_plan(env, sid, start, end)
     # Effects may have doubled during the replays: count them again.
