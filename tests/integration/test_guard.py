@@ -66,6 +66,14 @@ def failure_type(exc: WorkflowFailureError) -> str | None:
     return cause.type if isinstance(cause, ApplicationError) else None
 
 
+async def add_heartbeat_row(conn: asyncpg.Connection, schedule_id: str) -> None:
+    """The row `schedules apply` makes: runs record on it, never create it."""
+    await conn.execute(
+        "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
+        schedule_id,
+    )
+
+
 async def test_twenty_concurrent_executions_of_one_key_apply_once(
     client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
 ) -> None:
@@ -192,10 +200,7 @@ async def test_a_job_failing_every_attempt_fails_the_run_and_records_the_error(
     client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
 ) -> None:
     async with pool.acquire() as conn:
-        await conn.execute(
-            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
-            schedule_id,
-        )
+        await add_heartbeat_row(conn, schedule_id)
     handle = await start_run(
         client, task_queue, schedule_id, args={"fail_attempts": 5}, max_attempts=2
     )
@@ -314,10 +319,7 @@ async def test_buffer_one_fails_loudly_when_the_lease_stays_held_past_its_timeou
     client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
 ) -> None:
     async with pool.acquire() as conn:
-        await conn.execute(
-            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
-            schedule_id,
-        )
+        await add_heartbeat_row(conn, schedule_id)
         await locks.acquire(
             conn, name=f"schedule:{schedule_id}", holder="other", ttl_seconds=120, logical_key="o@x"
         )
@@ -343,10 +345,7 @@ async def test_a_lease_skip_that_could_not_be_recorded_is_retried_and_then_recor
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with pool.acquire() as conn:
-        await conn.execute(
-            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
-            schedule_id,
-        )
+        await add_heartbeat_row(conn, schedule_id)
         await locks.acquire(
             conn, name=f"schedule:{schedule_id}", holder="other", ttl_seconds=120, logical_key="o@x"
         )
@@ -461,10 +460,7 @@ async def test_a_failing_replay_records_its_error_apart_from_the_live_schedules(
     client: Client, pool: asyncpg.Pool, task_queue: str, worker: Worker, schedule_id: str
 ) -> None:
     async with pool.acquire() as conn:
-        await conn.execute(
-            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
-            schedule_id,
-        )
+        await add_heartbeat_row(conn, schedule_id)
         before = await heartbeats.get(conn, schedule_id)
     assert before is not None
     key = logical_key(schedule_id, FIRE)
