@@ -14,6 +14,13 @@ only overlaps Temporal's round trips with the job of the replay holding the leas
 finds the lease held waits in its queue (activities/lease.py), behind every live fire and the
 replays queued before it, until `lock_wait` has passed for that key; only then is it reported
 `overlap-locked`.
+
+Each key runs the definition that was in force at its fire time: the definition_history row
+that judged that part of the window in the plan, its job, args (and their digest), lock,
+overlap, timeouts and attempts rebuilt into the run's input. The outbox then records the args
+digest of that definition, and the job sees the args it was given then. A key whose definition
+cannot be trusted to run is skipped and reported instead (`Definitions.resolve`), unless the
+operator asked for the current definition (`--with-current-definition`).
 """
 
 from __future__ import annotations
@@ -21,9 +28,11 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
@@ -38,10 +47,13 @@ from cronwarden.activities.contract import (
     format_fire_time,
     logical_key,
 )
-from cronwarden.backfill.plan import ManagedSchedule
+from cronwarden.backfill.plan import Judged, ManagedSchedule
+from cronwarden.backfill.spec_history import Applied
 from cronwarden.logs import get_logger
+from cronwarden.schedules.mapping import execution_timeout, run_input
 from cronwarden.schedules.run_ids import replay_workflow_id
-from cronwarden.workflows.scheduled_run import WORKFLOW_NAME
+from cronwarden.times import utc_text
+from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
 REPLAYED = "replayed"
 FAILED = "failed"
@@ -53,32 +65,183 @@ MAX_RETRY_DELAY = 5.0
 log = get_logger("cronwarden.backfill")
 
 
+CURRENT = "current"
+HISTORY = "history"
+
+
+@dataclass(frozen=True)
+class RunDefinition:
+    """The definition a replay runs: a recorded one (`history`) or the live schedule's."""
+
+    source: str
+    """`history` or `current`."""
+    # Out of eq and hash: a definition is named by its source, applied_at and digest (the summary
+    # counts keys per definition), and the input is a mutable dataclass that cannot be hashed.
+    run_input: ScheduledRunInput = field(compare=False)
+    """Without `fire_time`: the same for every key this definition replays."""
+    execution_timeout: timedelta | None = field(compare=False)
+    applied_at: datetime | None = None
+    digest: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "applied_at": utc_text(self.applied_at) if self.applied_at else None,
+            "digest": self.digest,
+        }
+
+    def text(self) -> str:
+        if self.applied_at is None:
+            return "the current definition"
+        return f"the definition applied {utc_text(self.applied_at)} (digest {self.digest})"
+
+
+def current_definition(schedule: ManagedSchedule) -> RunDefinition:
+    """What the live schedule's action starts its runs with today."""
+    return RunDefinition(
+        CURRENT,
+        schedule.run_input,
+        schedule.execution_timeout,
+        digest=schedule.run_input.definition_digest or None,
+    )
+
+
+class Definitions:
+    """For each fire time, the definition its replay runs, or why it is not replayed.
+
+    `judged` is the plan's list of parts, each with the history row (by applied_at) that judged
+    it; `history` the schedule's recorded definitions. A key is skipped when:
+
+    - no recorded definition covers its time: what ran then is unknown, and today's may be
+      another job or other args altogether;
+    - the recorded definition ran another job than the live schedule runs: the CLI cannot see
+      a worker's registry, and a job that was replaced (or an id whose entry was swapped with
+      another's) is the case where the old job is most likely gone from the workers, or must
+      not run again.
+
+    With `with_current` such a key runs the live schedule's definition instead (reported as
+    `current`), which is what the operator asked for.
+    """
+
+    def __init__(
+        self,
+        schedule: ManagedSchedule,
+        judged: Sequence[Judged],
+        history: Sequence[Applied],
+        *,
+        with_current: bool = False,
+    ) -> None:
+        self._schedule = schedule
+        self._current = current_definition(schedule)
+        self._with_current = with_current
+        self._parts = list(judged)
+        self._starts = [int(j.window.start.timestamp()) for j in self._parts]
+        self._history = {a.applied_at: a for a in history}
+        self._resolved: dict[datetime, RunDefinition | str] = {}
+
+    def resolve(self, fire_time: datetime) -> RunDefinition | str:
+        """The definition to run for `fire_time`, or the reason it is skipped."""
+        found = self._recorded(fire_time)
+        if isinstance(found, RunDefinition):
+            return found
+        if self._with_current:
+            return self._current
+        return f"{found}; pass --with-current-definition to replay it with the current one"
+
+    def _recorded(self, fire_time: datetime) -> RunDefinition | str:
+        i = bisect_right(self._starts, int(fire_time.timestamp())) - 1
+        part = self._parts[i] if i >= 0 else None
+        if part is None or part.applied_at is None:
+            return "no recorded definition covers this time"
+        # Parts come in the hundreds at most, keys in the hundreds of thousands: one rebuild per
+        # part.
+        cached = self._resolved.get(part.applied_at)
+        if cached is None:
+            cached = self._resolved[part.applied_at] = self._rebuild(part.applied_at)
+        return cached
+
+    def _rebuild(self, applied_at: datetime) -> RunDefinition | str:
+        applied = self._history.get(applied_at)
+        if applied is None:
+            # The plan read a row this read did not: history rows are never deleted, so only a
+            # schedule deleted and re-created in between gets here.
+            return f"the definition applied {utc_text(applied_at)} is no longer recorded"
+        try:
+            defn = applied.rebuilt()
+        except Exception as exc:
+            return f"the definition applied {utc_text(applied_at)} no longer reads: {exc}"
+        live_job = self._schedule.run_input.job
+        if defn.job != live_job:
+            return (
+                f"the definition in force then (applied {utc_text(applied_at)}) ran job "
+                f"'{defn.job}', the schedule runs '{live_job}' now"
+            )
+        # The live task queue, not the recorded one: the queue only routes the run to today's
+        # workers (a queue renamed since has none), it does not change what runs.
+        inp = run_input(defn, task_queue=self._schedule.task_queue)
+        # The digest recorded with the row, not one recomputed under today's mapping version:
+        # it names the definition that judged the key.
+        inp = replace(inp, definition_digest=applied.digest)
+        return RunDefinition(HISTORY, inp, execution_timeout(defn), applied_at, applied.digest)
+
+
 @dataclass(frozen=True)
 class ReplayResult:
     logical_key: str
     workflow_id: str
     outcome: str
-    """`replayed`, `already-done`, `overlap-locked` or `failed`."""
+    """`replayed`, `already-done`, `overlap-locked`, `failed`, or `skipped` (not started)."""
     detail: str | None = None
+    definition: RunDefinition | None = None
+    """What the replay ran; None for a skipped key."""
+
+
+SKIPPED = "skipped"
 
 
 @dataclass
 class Summary:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     failures: list[ReplayResult] = field(default_factory=list)
+    skipped: list[ReplayResult] = field(default_factory=list)
+    """Keys not replayed because of their definition (`Definitions`); not in `counts`, which
+    only counts runs started."""
+    by_definition: dict[RunDefinition, int] = field(default_factory=dict)
+    """How many keys each definition replayed (whatever their outcome)."""
 
     def add(self, result: ReplayResult) -> None:
+        if result.outcome == SKIPPED:
+            self.skipped.append(result)
+            return
         self.counts[result.outcome] += 1
         if result.outcome == FAILED:
             self.failures.append(result)
+        if result.definition is not None:
+            self.by_definition[result.definition] = self.by_definition.get(result.definition, 0) + 1
+
+    def definitions_json(self) -> list[dict[str, Any]]:
+        return [d.as_json() | {"keys": n} for d, n in self.by_definition.items()]
 
 
 async def replay_one(
-    client: Client, schedule: ManagedSchedule, fire_time: datetime, *, lock_wait: float
+    client: Client,
+    schedule: ManagedSchedule,
+    fire_time: datetime,
+    *,
+    lock_wait: float,
+    definitions: Definitions | None = None,
 ) -> ReplayResult:
+    """Replay one key with the definition `definitions` gives for its time (the live one when
+    not given), or report it skipped."""
     key = logical_key(schedule.schedule_id, fire_time)
     workflow_id = replay_workflow_id(schedule.schedule_id, fire_time)
-    inp = replace(schedule.run_input, fire_time=format_fire_time(fire_time), replay=True)
+    chosen = current_definition(schedule) if definitions is None else definitions.resolve(fire_time)
+    if isinstance(chosen, str):
+        log.warning(
+            "replay.skipped", schedule_id=schedule.schedule_id, logical_key=key, reason=chosen
+        )
+        return ReplayResult(key, workflow_id, SKIPPED, chosen)
+    inp = replace(chosen.run_input, fire_time=format_fire_time(fire_time), replay=True)
     bound = log.bind(schedule_id=schedule.schedule_id, logical_key=key, workflow_id=workflow_id)
     give_up_at = time.monotonic() + lock_wait
     delay = FIRST_RETRY_DELAY
@@ -88,7 +251,12 @@ async def replay_one(
         left = max(give_up_at - time.monotonic(), 0.0)
         try:
             handle, attached = await _start_or_attach(
-                client, schedule, replace(inp, lock_wait_seconds=left), workflow_id, lock_wait
+                client,
+                schedule,
+                replace(inp, lock_wait_seconds=left),
+                workflow_id,
+                lock_wait,
+                definition=chosen,
             )
             outcome = await handle.result()
         except Exception as exc:
@@ -96,7 +264,7 @@ async def replay_one(
             # replays go on, and the summary counts it.
             detail = _error_detail(exc)
             bound.warning("replay.failed", error=detail)
-            return ReplayResult(key, workflow_id, FAILED, detail)
+            return ReplayResult(key, workflow_id, FAILED, detail, chosen)
         left = give_up_at - time.monotonic()
         if outcome.outcome == OVERLAP_LOCKED and left > 0:
             # The run's wait was cut short (a retried attempt, a run we attached to): try again
@@ -104,8 +272,8 @@ async def replay_one(
             await asyncio.sleep(min(delay * random.uniform(0.5, 1.0), left))
             delay = min(delay * 2, MAX_RETRY_DELAY)
             continue
-        result = _classify(key, workflow_id, outcome, attached=attached)
-        bound.info(f"replay.{result.outcome}", detail=result.detail)
+        result = replace(_classify(key, workflow_id, outcome, attached=attached), definition=chosen)
+        bound.info(f"replay.{result.outcome}", detail=result.detail, definition=chosen.as_json())
         return result
 
 
@@ -117,8 +285,10 @@ async def replay_all(
     concurrency: int,
     lock_wait: float,
     on_result: Callable[[ReplayResult], None] | None = None,
+    definitions: Definitions | None = None,
 ) -> Summary:
-    """Replay each fire time once, at most `concurrency` at a time, waiting for every result."""
+    """Replay each fire time once, at most `concurrency` at a time, waiting for every result.
+    Each runs the definition `definitions` gives for its time (the live one when not given)."""
     summary = Summary()
     pending = iter(fire_times)
 
@@ -126,7 +296,9 @@ async def replay_all(
         # One shared iterator: each worker takes the next fire time when it is free, so at most
         # `concurrency` replays are in flight and none is started twice.
         for fire_time in pending:
-            result = await replay_one(client, schedule, fire_time, lock_wait=lock_wait)
+            result = await replay_one(
+                client, schedule, fire_time, lock_wait=lock_wait, definitions=definitions
+            )
             summary.add(result)
             if on_result is not None:
                 on_result(result)
@@ -143,8 +315,11 @@ async def _start_or_attach(
     inp: object,
     workflow_id: str,
     lock_wait: float = 0.0,
+    *,
+    definition: RunDefinition | None = None,
 ) -> tuple[WorkflowHandle[object, RunOutcome], bool]:
-    timeout = schedule.execution_timeout
+    # The bound of the definition the replay runs; the live schedule's unless one is given.
+    timeout = schedule.execution_timeout if definition is None else definition.execution_timeout
     try:
         handle: WorkflowHandle[object, RunOutcome] = await client.start_workflow(
             WORKFLOW_NAME,

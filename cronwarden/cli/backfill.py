@@ -212,6 +212,14 @@ def backfill_run(
             help="Replay even though the schedule is paused now (refused without it).",
         ),
     ] = False,
+    with_current_definition: Annotated[
+        bool,
+        typer.Option(
+            "--with-current-definition",
+            help="Replay keys that no recorded definition covers, or whose recorded definition "
+            "ran another job, with the schedule's current definition (skipped without it).",
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
     """Replay every fire time of the window that has no outbox record, and wait for each."""
@@ -241,22 +249,33 @@ def backfill_run(
                     out.print("nothing to replay")
                 return 0
             _confirm(len(p.missing), yes)
-            summary = await _replay_with_progress(ctx, p, concurrency, lock_wait)
+            chooser = await _definitions(ctx, p, with_current_definition)
+            summary = await _replay_with_progress(ctx, p, concurrency, lock_wait, chooser)
         if as_json:
             emit_json(_run_json(p, cap, summary))
         else:
             counts = summary.counts
             out.print(", ".join(f"{name} {n}" for name, n in counts.items()))
+            for definition, n in summary.by_definition.items():
+                out.print(f"  {n} key(s) ran {definition.text()}")
             for failure in summary.failures:
                 out.print(f"  failed {failure.logical_key}: {failure.detail}")
+            if summary.skipped:
+                out.print(f"skipped {len(summary.skipped)} key(s), never replayed (exit 1):")
+                _print_lines(f"  skipped {s.logical_key}: {s.detail}" for s in summary.skipped)
             if counts[OVERLAP_LOCKED]:
                 out.print(
                     "overlap-locked keys found the schedule's lease held for the whole "
                     "--lock-wait and were never replayed (exit 1); run the same command again "
                     "to retry them"
                 )
-        # A key left overlap-locked never ran: a script checking $? must not read that as done.
-        return EXIT_FAILED if summary.counts[FAILED] or summary.counts[OVERLAP_LOCKED] else 0
+        # A key left overlap-locked or skipped never ran: a script checking $? must not read
+        # that as done.
+        return (
+            EXIT_FAILED
+            if summary.counts[FAILED] or summary.counts[OVERLAP_LOCKED] or summary.skipped
+            else 0
+        )
 
     code = run_command(go)
     if code:
@@ -309,7 +328,21 @@ class _Declined(CronwardenError):
     """The operator answered no: nothing was replayed."""
 
 
-async def _replay_with_progress(ctx: Context, p: Plan, concurrency: int, lock_wait: float) -> Any:
+async def _definitions(ctx: Context, p: Plan, with_current: bool) -> Any:
+    """Which definition each key's replay runs: the recorded one that judged its part of the
+    window in the plan (backfill/replay.py `Definitions`)."""
+    from cronwarden.backfill.replay import Definitions
+    from cronwarden.backfill.spec_history import Applied
+    from cronwarden.store import definitions
+
+    async with ctx.pool.acquire() as conn:
+        history = [Applied(*row) for row in await definitions.history(conn, p.schedule_id)]
+    return Definitions(ctx.schedule, p.judged, history, with_current=with_current)
+
+
+async def _replay_with_progress(
+    ctx: Context, p: Plan, concurrency: int, lock_wait: float, chooser: Any
+) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from cronwarden.backfill.replay import replay_all
@@ -332,6 +365,7 @@ async def _replay_with_progress(ctx: Context, p: Plan, concurrency: int, lock_wa
             concurrency=concurrency,
             lock_wait=lock_wait,
             on_result=lambda _: progress.advance(task),
+            definitions=chooser,
         )
 
 
@@ -343,8 +377,19 @@ def _run_json(p: Plan, cap: DueCap, summary: Any) -> dict[str, Any]:
         "cap": cap.as_json(),
         "summary": counts,
         "failed": [
-            {"logical_key": f.logical_key, "workflow_id": f.workflow_id, "error": f.detail}
+            {
+                "logical_key": f.logical_key,
+                "workflow_id": f.workflow_id,
+                "error": f.detail,
+                "definition": f.definition.as_json() if f.definition else None,
+            }
             for f in (summary.failures if summary is not None else [])
+        ],
+        # Which definition the replays ran (a recorded one, or `current`), with their count.
+        "definitions": summary.definitions_json() if summary is not None else [],
+        "skipped": [
+            {"logical_key": s.logical_key, "reason": s.detail}
+            for s in (summary.skipped if summary is not None else [])
         ],
     }
 
