@@ -306,8 +306,18 @@ async def apply_definitions(
         if change.action == FINISHED:
             _log_change(change)
     writing = [(defn, change) for defn, change, _ in planned if change.action in (CREATED, UPDATED)]
+    writes_from = None
+    if pool is not None and any(change.action == CREATED for _, change in writing):
+        # Postgres' clock before any create: a pause row (stamped by Postgres) older than it was
+        # recorded for an earlier schedule of the id. Neither this host's clock (it may run
+        # ahead) nor Temporal's create time (stamped when the scheduler first runs, which can
+        # be after the create returned and a pause was recorded) can bound that.
+        async with pool.acquire() as conn:
+            writes_from = await conn.fetchval("SELECT clock_timestamp()")
     outcomes = await try_bounded(
-        lambda pair: _write(client, pool, pair[0], pair[1], task_queue=task_queue),
+        lambda pair: _write(
+            client, pool, pair[0], pair[1], task_queue=task_queue, writes_from=writes_from
+        ),
         writing,
         limit=WRITE_CONCURRENCY,
     )
@@ -539,24 +549,38 @@ async def _write(
     change: Change,
     *,
     task_queue: str,
+    writes_from: datetime | None,
 ) -> _Written:
     """Create or update one schedule and record its rows right after its write: a run of it,
     a concurrent apply or a pause must find them from then on. A create's first fire is filled
     in later, with the others' (`_fill_first_fires`)."""
     schedule = to_temporal(defn, task_queue=task_queue)
     if change.action == CREATED:
-        # Taken before the request, so at or before Temporal's create: no fire of the
-        # schedule comes before it, so the history judges every fire by this definition.
-        requested_at = datetime.now(UTC)
         try:
-            await client.create_schedule(defn.id, schedule, memo={MANAGED_MEMO: {"managed": True}})
+            handle = await client.create_schedule(
+                defn.id, schedule, memo={MANAGED_MEMO: {"managed": True}}
+            )
         except ScheduleAlreadyRunningError:
             # Created by a concurrent apply since we looked: fall back to an update.
             change = Change(defn.id, UPDATED, ["(created concurrently)"])
         else:
             try:
                 if pool is not None:
-                    await _record(pool, defn, change, requested_at, task_queue=task_queue)
+                    # Temporal's own time of the create, as an update's row carries Temporal's
+                    # time of the update: stamped from this host's clock, a clock running ahead
+                    # would put the create after a later update, and the newest row (what
+                    # `status` shows, what a window's end is judged by) would be a definition
+                    # Temporal no longer holds. No fire of the schedule comes before its create,
+                    # so the history judges every fire by this definition.
+                    created_at = (await handle.describe()).info.created_at
+                    await _record(
+                        pool,
+                        defn,
+                        change,
+                        created_at,
+                        task_queue=task_queue,
+                        pauses_before=writes_from,
+                    )
             except Exception as exc:
                 raise _NotRecorded(exc) from exc
             return _Written(defn, change, first_fire_pending=True)
@@ -582,15 +606,18 @@ async def _record(
     applied_at: datetime,
     *,
     task_queue: str,
+    pauses_before: datetime | None = None,
 ) -> None:
     """The definition history and heartbeat rows of one written schedule, in one transaction.
-    For a create, `applied_at` is when it was requested."""
+    `applied_at` is Temporal's time of the write (the schedule's create or last update time),
+    never this host's clock. `pauses_before`, for a create: Postgres' clock before this apply's
+    creates (a pause recorded earlier belonged to an earlier schedule of the id)."""
     async with pool.acquire() as conn, conn.transaction():
-        if change.action == CREATED:
+        if change.action == CREATED and pauses_before is not None:
             # Temporal creates it unpaused: a pause recorded for an earlier schedule of this
             # id (deleted outside cronwarden) must not keep the monitor silent. Before the
             # heartbeat write below, which moves the row's updated_at.
-            await heartbeats.forget_pause(conn, defn.id, recorded_before=applied_at)
+            await heartbeats.forget_pause(conn, defn.id, recorded_before=pauses_before)
         if change.replaced is not None:
             # A schedule applied before definitions were recorded: its previous definition is
             # in the memo, and it held since creation as far as anyone can tell. Without it,
