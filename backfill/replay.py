@@ -16,8 +16,9 @@ replays queued before it, until `lock_wait` has passed for that key; only then i
 `overlap-locked`.
 
 Each key runs the definition that was in force at its fire time: the definition_history row
-that judged that part of the window in the plan, its job, args (and their digest), lock,
-overlap, timeouts and attempts rebuilt into the run's input. The outbox then records the args
+that judged that part of the window in the plan, its job, args (and their digest), timeouts
+and attempts rebuilt into the run's input; the lease (lock and overlap) and the task queue are
+today's, so a replay keeps out of today's runs whatever lock its time had. The outbox then records the args
 digest of that definition, and the job sees the args it was given then. A key whose definition
 cannot be trusted to run is skipped and reported instead (`Definitions.resolve`), unless the
 operator asked for the current definition (`--with-current-definition`).
@@ -177,8 +178,16 @@ class Definitions:
                 f"'{defn.job}', the schedule runs '{live_job}' now"
             )
         # The live task queue, not the recorded one: the queue only routes the run to today's
-        # workers (a queue renamed since has none), it does not change what runs.
-        inp = run_input(defn, task_queue=self._schedule.task_queue)
+        # workers (a queue renamed since has none), it does not change what runs. The live lease
+        # too (lock and overlap): the lease is how the schedule's runs keep out of each other
+        # now, live fires and replays alike. A replay under the lock of its time would run
+        # beside a replay or a live fire under today's.
+        live = self._schedule.run_input
+        inp = replace(
+            run_input(defn, task_queue=self._schedule.task_queue),
+            lock_name=live.lock_name,
+            overlap=live.overlap,
+        )
         # The digest recorded with the row, not one recomputed under today's mapping version:
         # it names the definition that judged the key.
         inp = replace(inp, definition_digest=applied.digest)

@@ -110,7 +110,10 @@ class Change:
     next_fire: datetime | None = None
     next_fires: list[datetime] = field(default_factory=list)
     """With --dry-run, for a created or updated schedule: Temporal's next nominal fire times."""
-    replaced: tuple[datetime, str, dict[str, Any]] | None = field(default=None, repr=False)
+    replaced: tuple[datetime, datetime, str, dict[str, Any]] | None = field(
+        default=None, repr=False
+    )
+    """For an update: (created at, last written at, digest, definition) of what it replaces."""
     """For an update: when the schedule was created, and the digest and definition it held."""
     finished: str | None = None
     """For an entry whose end_at has passed: why it fires no more (shown with its action)."""
@@ -142,7 +145,8 @@ async def plan_one(
     replaced = None
     digest = memo.get(DIGEST_MEMO)
     if isinstance(old, dict) and isinstance(digest, str):
-        replaced = (desc.info.created_at, digest, old)
+        written = desc.info.last_updated_at or desc.info.created_at
+        replaced = (desc.info.created_at, written, digest, old)
     return Change(defn.id, UPDATED, fields, replaced=replaced), desc
 
 
@@ -619,17 +623,18 @@ async def _record(
             # heartbeat write below, which moves the row's updated_at.
             await heartbeats.forget_pause(conn, defn.id, recorded_before=pauses_before)
         if change.replaced is not None:
-            # A schedule applied before definitions were recorded: its previous definition is
-            # in the memo, and it held since creation as far as anyone can tell. Without it,
-            # the part of a window before this update would be judged by the new spec.
-            created_at, old_digest, old_definition = change.replaced
-            await definition_history.record(
+            # What this update replaces, from the memo, unless history already ends with it: a
+            # schedule applied before definitions were recorded (held since creation, as far as
+            # anyone can tell), or a write whose own row was lost. Without it, the part of a
+            # window before this update would be judged by the new spec, or by the one before.
+            created_at, written_at, old_digest, old_definition = change.replaced
+            await definition_history.record_replaced(
                 conn,
                 schedule_id=defn.id,
-                applied_at=created_at,
+                created_at=created_at,
+                last_written_at=written_at,
                 definition_digest=old_digest,
                 definition=old_definition,
-                first_only=True,
             )
         await definition_history.record(
             conn,

@@ -15,13 +15,24 @@ VALUES ($1, $2, $3, $4)
 ON CONFLICT (schedule_id, applied_at) DO NOTHING
 """
 
-# Only while the schedule has no history at all: seeds it with what held before the first
-# recorded apply.
-_RECORD_FIRST = """
+# The definition an update replaces, from the memo Temporal held, unless it is already the
+# schedule's latest recorded one. With no history at all it is seeded as holding since the
+# schedule's creation ($2: a schedule applied before definitions were recorded). Otherwise a
+# write whose own row was lost (an apply interrupted between Temporal and Postgres, and the next
+# apply brought a newer definition instead of re-running that one): it held from Temporal's last
+# write of the schedule ($3), or the fires of its time would be judged, and replayed, by the one
+# before it.
+_RECORD_REPLACED = """
 INSERT INTO cronwarden.definition_history
        (schedule_id, applied_at, definition_digest, definition)
-SELECT $1, $2, $3, $4
- WHERE NOT EXISTS (SELECT 1 FROM cronwarden.definition_history WHERE schedule_id = $1)
+SELECT $1, CASE WHEN latest.digest IS NULL THEN $2::timestamptz ELSE $3::timestamptz END,
+       $4::text, $5::jsonb
+  FROM (SELECT (SELECT h.definition_digest
+                  FROM cronwarden.definition_history h
+                 WHERE h.schedule_id = $1
+                 ORDER BY h.applied_at DESC
+                 LIMIT 1) AS digest) AS latest
+ WHERE latest.digest IS DISTINCT FROM $4::text
 ON CONFLICT (schedule_id, applied_at) DO NOTHING
 """
 
@@ -58,16 +69,31 @@ async def record(
     applied_at: datetime,
     definition_digest: str,
     definition: dict[str, Any],
-    first_only: bool = False,
 ) -> None:
-    """Record one apply; `first_only`: only if the schedule has no history yet."""
+    """Record one apply."""
     # The pool's jsonb codec encodes the mapping (store/pool.py).
     await conn.execute(
-        _RECORD_FIRST if first_only else _RECORD,
+        _RECORD,
         schedule_id,
         applied_at,
         definition_digest,
         definition,
+    )
+
+
+async def record_replaced(
+    conn: Any,
+    *,
+    schedule_id: str,
+    created_at: datetime,
+    last_written_at: datetime,
+    definition_digest: str,
+    definition: dict[str, Any],
+) -> None:
+    """Record the definition an update replaces, unless it is the latest recorded one (see
+    `_RECORD_REPLACED`)."""
+    await conn.execute(
+        _RECORD_REPLACED, schedule_id, created_at, last_written_at, definition_digest, definition
     )
 
 

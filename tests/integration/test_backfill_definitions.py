@@ -214,3 +214,112 @@ async def _json_exit_1(env: dict[str, str], *args: str) -> Any:
     result = await cli(env, *args, "--json")
     assert result.code == 1, result
     return json.loads(result.stdout)
+
+
+async def test_replays_of_eras_with_other_locks_take_todays_lease_and_never_overlap(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    worker: Worker,
+    cli_env: dict[str, str],
+) -> None:
+    # v1 ran under one lock, v2 under another. Replays of both eras at once must still keep out
+    # of each other (and out of the live fires): they all take today's lease.
+    v1 = definition(schedule_id, every="2s", lock=f"old-{schedule_id}", args={"sleep": 2})
+    v2 = definition(schedule_id, every="2s", lock=f"new-{schedule_id}", args={"sleep": 2})
+    handle, created_at = await _apply_paused(client, pool, task_queue, v1)
+    try:
+        await wait_for(
+            lambda: clock_past(created_at + timedelta(seconds=5)), timeout=30, what="v1's fires"
+        )
+        await apply_definitions(client, pool, [v2], task_queue=task_queue)
+        [_, (v2_at, _)] = await _history(pool, schedule_id)
+        await wait_for(
+            lambda: clock_past(v2_at + timedelta(seconds=5)), timeout=30, what="v2's fires"
+        )
+        end = v2_at + timedelta(seconds=4)
+        window = ["--start", iso(created_at - timedelta(minutes=1)), "--end", iso(end)]
+        await cli_json(
+            cli_env,
+            "backfill",
+            "run",
+            schedule_id,
+            *window,
+            "--include-paused",
+            "--concurrency",
+            "4",
+            timeout=120,
+        )
+    finally:
+        await handle.delete()
+    rows = await fetch(
+        pool,
+        "SELECT logical_key, started_at, finished_at FROM test_effects"
+        " WHERE logical_key LIKE $1 ORDER BY started_at",
+        f"{schedule_id}@%",
+    )
+    # Both eras replayed: keys under v1's lock and under v2's.
+    assert len(rows) >= 4
+    overlapping = [
+        (a["logical_key"], b["logical_key"])
+        for i, a in enumerate(rows)
+        for b in rows[i + 1 :]
+        if a["started_at"] < b["finished_at"] and b["started_at"] < a["finished_at"]
+    ]
+    assert overlapping == []
+
+
+async def test_an_update_whose_history_row_was_lost_is_recorded_by_the_next_apply(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    worker: Worker,
+    cli_env: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # v2 reached Temporal but its history row did not reach Postgres; the operator then applied
+    # v3 instead of re-running v2. v2's era must still be judged, and replayed, by v2.
+    import cronwarden.schedules.apply as apply_module
+
+    v1 = definition(schedule_id, every="2s", args={"write": True})
+    v2 = definition(schedule_id, every="2s", args={"write": False})
+    v3 = definition(schedule_id, every="2s", args={"write": False, "sleep": 0.1})
+    handle, created_at = await _apply_paused(client, pool, task_queue, v1)
+    try:
+        await wait_for(
+            lambda: clock_past(created_at + timedelta(seconds=3)), timeout=30, what="v1's fires"
+        )
+        record = apply_module._record
+
+        async def lost(*args: Any, **kwargs: Any) -> None:
+            raise ConnectionError("Postgres went away after the write to Temporal")
+
+        monkeypatch.setattr(apply_module, "_record", lost)
+        with pytest.raises(Exception):  # noqa: B017 (whichever way apply reports it)
+            await apply_definitions(client, pool, [v2], task_queue=task_queue)
+        monkeypatch.setattr(apply_module, "_record", record)
+        v2_written = (await handle.describe()).info.last_updated_at
+        assert v2_written is not None
+        await wait_for(
+            lambda: clock_past(v2_written + timedelta(seconds=6)), timeout=30, what="v2's fires"
+        )
+        await apply_definitions(client, pool, [v3], task_queue=task_queue)
+        digests = [digest for _, digest in await _history(pool, schedule_id)]
+        assert len(digests) == 3
+        v3_at = (await _history(pool, schedule_id))[-1][0]
+        v2_era = [
+            t
+            for t in _slots(created_at, v3_at)
+            if v2_written.replace(microsecond=0) < t <= v3_at.replace(microsecond=0)
+        ]
+        assert len(v2_era) >= 2
+        window = ["--start", iso(created_at - timedelta(minutes=1)), "--end", iso(v3_at)]
+        await cli_json(
+            cli_env, "backfill", "run", schedule_id, *window, "--include-paused", timeout=120
+        )
+    finally:
+        await handle.delete()
+    replayed = await _outbox_digests(pool, schedule_id)
+    assert {t: replayed.get(t) for t in v2_era} == {t: v2.args_digest() for t in v2_era}
