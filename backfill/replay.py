@@ -15,13 +15,14 @@ finds the lease held waits in its queue (activities/lease.py), behind every live
 replays queued before it, until `lock_wait` has passed for that key; only then is it reported
 `overlap-locked`.
 
-Each key runs the definition that was in force at its fire time: the definition_history row
-that judged that part of the window in the plan, its job, args (and their digest), timeouts
-and attempts rebuilt into the run's input; the lease (lock and overlap) and the task queue are
-today's, so a replay keeps out of today's runs whatever lock its time had. The outbox then records the args
-digest of that definition, and the job sees the args it was given then. A key whose definition
-cannot be trusted to run is skipped and reported instead (`Definitions.resolve`), unless the
-operator asked for the current definition (`--with-current-definition`).
+Each key runs the definition that was in force at its fire time: the definition_history row that
+judged that part of the window in the plan, its job, args (and their digest), timeouts and
+attempts rebuilt into the run's input; the lease (lock and overlap) and the task queue are
+today's, so a replay keeps out of today's runs whatever lock its time had. The outbox then
+records the args digest of that definition, and the job sees the args it was given then. A key
+whose definition cannot be trusted to run is skipped and reported instead
+(`Definitions.resolve`), unless the operator asked for the current definition
+(`--with-current-definition`).
 """
 
 from __future__ import annotations
