@@ -143,6 +143,18 @@ class Settings(BaseSettings):
     at most this often."""
     monitor_database_timeout_seconds: float = Field(default=30.0, gt=0)
     """A monitor pass whose database work takes longer counts as "cannot reach the database"."""
+    monitor_sink_concurrency: int = Field(default=4, ge=1, le=64)
+    """Deliveries in flight at once to one sink (one at a time until the sink has answered)."""
+    monitor_breaker_failures: int = Field(default=3, ge=1)
+    """A sink's circuit breaker opens after this many failed deliveries in a row: its pages wait
+    (never dropped) while one probe tries the sink per cool-down."""
+    monitor_breaker_cooldown_seconds: float = Field(default=30.0, gt=0)
+    """How long an open breaker waits before its probe (never longer than the retry ceiling)."""
+    alert_webhook_max_bytes: int = Field(default=262_144, ge=4096)
+    """Largest webhook body sent: a bigger page is shortened to fit (fewer members listed)."""
+    status_page_url: str | None = None
+    """Public URL of the status page, linked from every page (a fleet page lists its first
+    schedules and links there for the rest). Unset: pages name `cronwarden status` instead."""
 
     # The status page, served by the monitor at `/` on its metrics port.
     status_page: Literal["local", "any", "off"] = "local"
@@ -202,6 +214,7 @@ class Settings(BaseSettings):
             ("MONITOR_PING_URL", self.monitor_ping_url),
             ("PAGERDUTY_URL", SecretStr(self.pagerduty_url)),
             ("TEMPORAL_UI_URL", SecretStr(self.temporal_ui_url) if self.temporal_ui_url else None),
+            ("STATUS_PAGE_URL", SecretStr(self.status_page_url) if self.status_page_url else None),
         ):
             if url is not None and not _is_http_url(url.get_secret_value()):
                 raise ValueError(
