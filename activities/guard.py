@@ -48,6 +48,7 @@ from cronwarden.activities.contract import (
 from cronwarden.activities.jobs import InvalidArgs, JobRegistry, JobSpec, UnknownJob
 from cronwarden.activities.lease import AttemptAbandoned, LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
+from cronwarden.redact import for_storage
 from cronwarden.store import heartbeats, locks, outbox
 from cronwarden.store.pool import own_statements
 from cronwarden.store.runs import CommitOutcome, CommitRecord, commit_run
@@ -656,7 +657,9 @@ class GuardedRun:
     async def _job_failed(
         self, inp: GuardedRunInput, exc: Exception, log: Any, *, error_type: str = JOB_FAILED
     ) -> RunOutcome:
-        error = f"{type(exc).__name__}: {exc}"
+        # Scrubbed here too: the message becomes the run's failure in Temporal, which the
+        # status page links to.
+        error = for_storage(f"{type(exc).__name__}: {exc}")
         if error_type == JOB_TIMED_OUT:
             log.error("run.timed-out", error=error, timeout_seconds=inp.timeout_seconds)
         else:

@@ -1,6 +1,8 @@
 """structlog setup: JSON lines when not on a terminal, readable lines on one.
 
 Event names are stable (`run.committed`, `worker.draining`): dashboards and alerts key on them.
+Libraries that log through the standard library (the Temporal SDK, aiohttp, asyncio, httpx) are
+bridged into the same pipeline, so their lines are redacted like ours (`library.log`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,49 @@ def _redact_secrets(
     return {key: redact_value(value) for key, value in event.items()}
 
 
+class _StdlibBridge(logging.Handler):
+    """The standard library's records as `library.log` events of our own pipeline, redacted
+    like every other line. Left to the standard library, the Temporal SDK's "Completing
+    activity as failed" (with the job's traceback, which may quote a DSN or a webhook URL),
+    aiohttp's request errors and asyncio's "exception was never retrieved" reach stderr raw."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's bad format string: its template still says something
+            message = str(record.msg)
+        fields: dict[str, object] = {"logger": record.name, "message": message}
+        if record.exc_info:
+            fields["exc_info"] = record.exc_info
+        if record.stack_info:
+            fields["stack"] = record.stack_info
+        get_logger(record.name).log(record.levelno, "library.log", **fields)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        # The default prints the record's message and arguments raw to stderr.
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write(f"cronwarden: a {record.name} log line could not be written\n")
+
+
+_BRIDGE = _StdlibBridge()
+# Quieter than our own lines: these libraries say at INFO what each request did (httpx names
+# the URL, a Slack webhook's being its credential), at DEBUG far more.
+_LIBRARY_LEVEL = logging.WARNING
+
+
+def _bridge_stdlib_logging() -> None:
+    root = logging.getLogger()
+    if _BRIDGE not in root.handlers:
+        root.addHandler(_BRIDGE)
+    root.setLevel(_LIBRARY_LEVEL)
+    for name in ("temporalio", "aiohttp", "asyncio"):
+        # Through the root's bridge only, whatever a library or an embedding program set.
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
+        logger.propagate = True
+
+
 def configure(*, level: str = "INFO", json: bool | None = None) -> None:
     global _configured
     if json is None:
@@ -62,6 +107,7 @@ def configure(*, level: str = "INFO", json: bool | None = None) -> None:
         cache_logger_on_first_use=False,
     )
     _configured = True
+    _bridge_stdlib_logging()
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronwarden.redact import redact
 from cronwarden.store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
 from cronwarden.times import duration_text, utc_text, utc_text_or_none
 
@@ -88,7 +89,9 @@ def heartbeat_problem(beat: Mapping[str, Any], now: datetime) -> Problem | None:
         f"(grace {duration_text(grace)}); last success {utc_text(beat['last_success_at'])}"
     )
     if beat.get("last_error"):
-        summary += f"; last error: {str(beat['last_error'])[:200]}"
+        # Blanked before it is cut: half a secret is no longer recognisable as one (a row
+        # written before errors were scrubbed at write still holds them whole).
+        summary += f"; last error: {redact(str(beat['last_error']))[:200]}"
     return Problem(sid, OVERDUE, summary, details)
 
 

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronwarden.redact import for_storage
+
 # Written by `schedules apply`: the first expected fire, so a schedule that never runs at all is
 # noticed too. Last-success fields are left alone on an update.
 # The definition digest is written with them: a worker's cached next fire times count only for
@@ -126,14 +128,16 @@ async def fill_first_fires(conn: Any, first: Sequence[tuple[str, datetime | None
 
 
 async def record_failure(conn: Any, *, schedule_id: str, error: str) -> None:
-    await conn.execute(_RECORD_FAILURE, schedule_id, error[:2000])
+    """The live schedule's `last_error`. Scrubbed here, the one write of it: status, the status
+    page and every page read it back as it is (see `redact.for_storage`)."""
+    await conn.execute(_RECORD_FAILURE, schedule_id, for_storage(error))
 
 
 async def record_replay_failure(
     conn: Any, *, schedule_id: str, logical_key: str, error: str
 ) -> None:
     """A failed replay's error, apart from the live one (see `_RECORD_REPLAY_FAILURE`)."""
-    await conn.execute(_RECORD_REPLAY_FAILURE, schedule_id, error[:2000], logical_key)
+    await conn.execute(_RECORD_REPLAY_FAILURE, schedule_id, for_storage(error), logical_key)
 
 
 async def record_lease_skip(

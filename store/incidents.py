@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from cronwarden.redact import for_storage, redact_value
+
 OVERDUE = "overdue"
 NEVER_RAN = "never-ran"
 RUNNING_TOO_LONG = "running-too-long"
@@ -119,6 +121,7 @@ async def open_incident(
     parent_id: int | None = None,
 ) -> dict[str, Any] | None:
     """The new incident, or None when one is open already (or the condition no longer holds)."""
+    summary, details = _scrubbed(summary, details)
     row = await conn.fetchrow(_OPEN, schedule_id, kind, summary, details, parent_id)
     return dict(row) if row is not None else None
 
@@ -136,6 +139,7 @@ async def open_system(
     before adding members and A takes the same lock before counting them. If S was resolved
     between B's conflicting INSERT and B's lock (FOR UPDATE re-checks `resolved_at IS NULL` on
     the newest row version and then finds nothing), B tries again and opens a fresh one."""
+    summary, details = _scrubbed(summary, details)
     for _ in range(5):
         row = await conn.fetchrow(_OPEN_SYSTEM, summary, details)
         if row is not None:
@@ -144,6 +148,17 @@ async def open_system(
         if existing is not None:
             return int(existing), None
     raise RuntimeError("the open system incident kept vanishing while joining it")
+
+
+SUMMARY_LIMIT = 4000
+"""Characters of a summary kept: a page's one line, never a list of thousands of ids."""
+
+
+def _scrubbed(summary: str, details: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """What an incident keeps of its text: every page, the status page and `status` read it
+    back from here, so secrets (a job's error quoted in the summary) are blanked at this one
+    write, and a summary is bounded."""
+    return for_storage(summary, limit=SUMMARY_LIMIT), redact_value(details)
 
 
 async def resolve(conn: Any, *, incident_id: int, resolution: str) -> dict[str, Any] | None:
