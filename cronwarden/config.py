@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -18,6 +19,7 @@ from pydantic_settings import (
 
 from cronwarden import redact
 from cronwarden.errors import InvalidInput
+from cronwarden.schedules.durations import parse_duration
 
 DEFAULT_TASK_QUEUE = "cronwarden"
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/cronwarden"
@@ -143,6 +145,10 @@ class Settings(BaseSettings):
     at most this often."""
     monitor_database_timeout_seconds: float = Field(default=30.0, gt=0)
     """A monitor pass whose database work takes longer counts as "cannot reach the database"."""
+    monitor_retention: timedelta = timedelta(days=90)
+    """How long resolved incidents and settled (delivered or given up) notifications are kept
+    before the monitor deletes them: a duration as in schedule files (`90d`, `720h`), at least
+    a day."""
     monitor_sink_concurrency: int = Field(default=4, ge=1, le=64)
     """Deliveries in flight at once to one sink (one at a time until the sink has answered)."""
     monitor_breaker_failures: int = Field(default=3, ge=1)
@@ -187,6 +193,16 @@ class Settings(BaseSettings):
         if isinstance(data, dict):
             redact.remember(secret_values(data))
         return data
+
+    @field_validator("monitor_retention", mode="before")
+    @classmethod
+    def _retention_duration(cls, value: Any) -> Any:
+        # The schedule file's durations (`90d`), not pydantic's ISO 8601 or bare seconds.
+        if isinstance(value, str):
+            value = parse_duration(value)
+        if isinstance(value, timedelta) and value < timedelta(days=1):
+            raise ValueError("must be at least 1d: a page's record would go before anyone read it")
+        return value
 
     @model_validator(mode="after")
     def _temporal_tls_is_consistent(self) -> Self:
