@@ -149,8 +149,9 @@ class Settings(BaseSettings):
     """How long resolved incidents and settled (delivered or given up) notifications are kept
     before the monitor deletes them: a duration as in schedule files (`90d`, `720h`), at least
     a day."""
-    monitor_sink_concurrency: int = Field(default=4, ge=1, le=64)
-    """Deliveries in flight at once to one sink (one at a time until the sink has answered)."""
+    monitor_sink_concurrency: int = Field(default=1, ge=1, le=64)
+    """Deliveries in flight at once to one sink that answers. Above 1, pages of different
+    schedules may reach the sink out of order (a schedule's own pages never do)."""
     monitor_breaker_failures: int = Field(default=3, ge=1)
     """A sink's circuit breaker opens after this many failed deliveries in a row: its pages wait
     (never dropped) while one probe tries the sink per cool-down."""
