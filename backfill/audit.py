@@ -20,16 +20,21 @@ from temporalio.common import SearchAttributeKey
 from cronwarden.activities.contract import fire_time_of_key, logical_key
 from cronwarden.backfill.plan import (
     FireTimes,
+    GoneSchedule,
     Judged,
     ManagedSchedule,
     awaiting_notes,
     judged_notes,
+    life_start,
+    paused_notes,
     plan_on,
 )
 from cronwarden.backfill.window import Window
 from cronwarden.schedules.run_ids import REPLAY_INFIX, replay_fire_time, scheduled_fire_time
 from cronwarden.schedules.status import lease_skip_json
 from cronwarden.store import heartbeats, outbox
+from cronwarden.store.pause_history import Pause
+from cronwarden.times import utc_text_or_none
 from cronwarden.workflows.scheduled_run import WORKFLOW_NAME
 
 SCHEDULED_BY_ID = SearchAttributeKey.for_keyword("TemporalScheduledById")
@@ -63,10 +68,21 @@ class Audit:
     passed but whose jittered start may still come: not missing yet."""
     judged: list[Judged] = field(default_factory=list)
     """The parts of the window, each with what its fire times came from (backfill/plan.py)."""
+    paused_fires: FireTimes = field(default_factory=FireTimes)
+    """Expected fire times with no outbox record that fell inside an operator pause: held on
+    purpose, not missing."""
+    pauses: list[Pause] = field(default_factory=list)
+    gone: GoneSchedule | None = None
+    """Set when Temporal no longer holds the schedule: audited from its history alone, and
+    Temporal's counters (`actions_total` ...) are unknown."""
 
     def notes(self) -> list[str]:
         """Text lines for what the counts alone do not say (printed under them)."""
-        return judged_notes(self.judged) + awaiting_notes(len(self.awaiting_jitter))
+        return (
+            judged_notes(self.judged)
+            + awaiting_notes(len(self.awaiting_jitter))
+            + paused_notes(len(self.paused_fires), self.pauses)
+        )
 
     @property
     def lease_skipped(self) -> list[datetime]:
@@ -92,6 +108,11 @@ class Audit:
             "awaiting_jitter": len(self.awaiting_jitter),
             "awaiting_jitter_keys": self.awaiting_jitter.keys(self.schedule_id),
             "judged_by": [j.as_json() for j in self.judged],
+            "paused_fires": len(self.paused_fires),
+            "paused_keys": self.paused_fires.keys(self.schedule_id),
+            "pauses": [p.as_json() for p in self.pauses],
+            "deleted": self.gone is not None,
+            "deleted_at": utc_text_or_none(self.gone.deleted_at) if self.gone else None,
             "skipped_lease_keys": iter(
                 [logical_key(self.schedule_id, t) for t in self.lease_skipped]
             ),
@@ -99,7 +120,9 @@ class Audit:
                 "skipped_total": self.lease_skips_total,
                 "last_skip": self.last_lease_skip,
             },
-            "temporal": {
+            "temporal": None
+            if self.gone
+            else {
                 "paused": self.paused,
                 "actions_total": self.actions_total,
                 "skipped_overlap_total": self.skipped_overlap_total,
@@ -111,20 +134,27 @@ class Audit:
 async def audit(
     client: Client,
     pool: asyncpg.Pool,
-    schedule: ManagedSchedule,
+    schedule: ManagedSchedule | GoneSchedule,
     window: Window,
     *,
     now: datetime | None = None,
 ) -> Audit:
-    """The audit of the window, clamped to the schedule's creation. A jittered fire is not
-    missing before its nominal time plus the jitter has passed (at `now`, the clock if not
-    given): it is listed as awaiting its jitter, or running once it started."""
-    window = window.clamped_to(schedule.created_at)
+    """The audit of the window, clamped to the start of the id's first known life. A jittered
+    fire is not missing before its nominal time plus the jitter has passed (at `now`, the clock
+    if not given): it is listed as awaiting its jitter, or running once it started. A schedule
+    Temporal no longer holds is audited from its recorded history."""
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        window = window.clamped_to(await life_start(conn, schedule))
         # One snapshot for the plan's pages and the window's count: a fire that commits while
         # the audit runs is then either in both or in neither, never counted as off the spec.
         planned = await plan_on(
-            client, conn, schedule.schedule_id, window, now=now, live=schedule.description
+            client,
+            conn,
+            schedule.schedule_id,
+            window,
+            now=now,
+            live=schedule.description,
+            gone=schedule.description is None,
         )
         running = await running_fire_times(client, schedule)
         in_window = (
@@ -137,7 +167,8 @@ async def audit(
     # off the missing times without a datetime per missing key.
     running_seconds = {int(t.timestamp()) for t in running}
     missing, awaiting = planned.missing, planned.awaiting_jitter
-    info = schedule.description.info
+    desc = schedule.description
+    gone = schedule if isinstance(schedule, GoneSchedule) else None
     return Audit(
         schedule_id=schedule.schedule_id,
         window=window,
@@ -145,28 +176,36 @@ async def audit(
         committed=planned.done,
         committed_off_spec=in_window - planned.done,
         # A jittered fire whose start has come is running, whether or not its jitter is out.
-        in_flight=FireTimes(sorted(s for s in chain(missing, awaiting) if s in running_seconds)),
+        in_flight=FireTimes(
+            sorted(s for s in chain(missing, awaiting, planned.paused) if s in running_seconds)
+        ),
         missing=FireTimes(
             missing if not running_seconds else (s for s in missing if s not in running_seconds)
         ),
-        actions_total=info.num_actions,
-        skipped_overlap_total=info.num_actions_skipped_overlap,
-        missed_catchup_window_total=info.num_actions_missed_catchup_window,
-        paused=schedule.description.schedule.state.paused,
+        actions_total=desc.info.num_actions if desc else 0,
+        skipped_overlap_total=desc.info.num_actions_skipped_overlap if desc else 0,
+        missed_catchup_window_total=desc.info.num_actions_missed_catchup_window if desc else 0,
+        paused=desc.schedule.state.paused if desc else False,
         lease_skips_total=beat["lease_skips"] if beat else 0,
         last_lease_skip=lease_skip_json(beat),
         awaiting_jitter=FireTimes(s for s in awaiting if s not in running_seconds),
         judged=planned.judged,
+        # A held fire still running (a run started just before the pause) is in flight.
+        paused_fires=FireTimes(s for s in planned.paused if s not in running_seconds),
+        pauses=planned.pauses,
+        gone=gone,
     )
 
 
-async def running_fire_times(client: Client, schedule: ManagedSchedule) -> set[datetime]:
+async def running_fire_times(
+    client: Client, schedule: ManagedSchedule | GoneSchedule
+) -> set[datetime]:
     """Fire times of the schedule's runs executing now (see `running_fire_times_of`)."""
     return await running_fire_times_of(client, schedule.schedule_id, schedule.description)
 
 
 async def running_fire_times_of(
-    client: Client, schedule_id: str, description: ScheduleDescription
+    client: Client, schedule_id: str, description: ScheduleDescription | None
 ) -> set[datetime]:
     """Fire times of the schedule's runs executing now: scheduled fires (describe's running
     actions, exact, and visibility for those an `allow_all` schedule does not track) and replays
@@ -176,9 +215,10 @@ async def running_fire_times_of(
     scheduled run with `TemporalScheduledById`, so a listed run counts as a replay of this
     schedule only without that tag, and as its scheduled run only with this schedule's id in it.
     """
+    running_actions = description.info.running_actions if description is not None else []
     times = {
         t
-        for action in description.info.running_actions
+        for action in running_actions
         if isinstance(action, ScheduleActionExecutionStartWorkflow)
         and (t := scheduled_fire_time(schedule_id, action.workflow_id)) is not None
     }

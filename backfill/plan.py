@@ -15,9 +15,10 @@ import contextlib
 import math
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import AsyncGenerator, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from itertools import chain
 from typing import Any
 
 import asyncpg
@@ -37,7 +38,8 @@ from cronwarden.schedules.apply import NotManaged, describe_or_none, is_managed
 from cronwarden.schedules.inventory import no_such_schedule
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.preview import scratch_of_spec, scratch_schedule
-from cronwarden.store import definitions, outbox
+from cronwarden.store import definitions, outbox, pause_history
+from cronwarden.store.pause_history import Pause
 from cronwarden.times import utc_text, utc_text_or_none
 from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
@@ -188,9 +190,14 @@ class Judged:
     first row), and the live schedule's own spec stood in."""
     jitter: timedelta | None
     """The jitter of the definition in force: how long after its nominal time a fire may start."""
+    deleted: bool = False
+    """The part lies between two lives of the schedule id (after a recorded delete, before the
+    next create): no fire was due in it."""
 
     @property
     def source(self) -> str:
+        if self.deleted:
+            return "deleted"
         return "history" if self.applied_at is not None else "live"
 
     def as_json(self) -> dict[str, Any]:
@@ -217,6 +224,11 @@ class Plan:
     A replay of one would run the job before the schedule does."""
     judged: list[Judged] = field(default_factory=list)
     """The parts of the window, oldest first, each with what its fire times came from."""
+    paused: array[int] = field(default_factory=lambda: array("q"))
+    """Fire times without an outbox record that fell inside an operator pause
+    (store/pause_history.py): held on purpose, not missing, and replayed only when asked."""
+    pauses: list[Pause] = field(default_factory=list)
+    """The operator pauses that overlap the window."""
 
     def counts_json(self) -> dict[str, Any]:
         return {
@@ -226,12 +238,23 @@ class Plan:
             "done": self.done,
             "missing": len(self.missing),
             "awaiting_jitter": len(self.awaiting_jitter),
+            "paused_fires": len(self.paused),
+            "pauses": [p.as_json() for p in self.pauses],
             "judged_by": [j.as_json() for j in self.judged],
         }
 
     def notes(self) -> list[str]:
         """Text lines for what the counts alone do not say (printed under them)."""
-        return judged_notes(self.judged) + awaiting_notes(len(self.awaiting_jitter))
+        return (
+            judged_notes(self.judged)
+            + awaiting_notes(len(self.awaiting_jitter))
+            + paused_notes(len(self.paused), self.pauses)
+        )
+
+    def with_paused_as_missing(self) -> Plan:
+        """The plan with its paused fires counted missing (`backfill run --include-paused`)."""
+        merged = array("q", sorted(chain(self.missing, self.paused)))
+        return replace(self, missing=merged, paused=array("q"))
 
     def missing_times(self) -> Iterator[datetime]:
         """One at a time: a replay of a whole year holds no datetime per key."""
@@ -246,14 +269,34 @@ class Plan:
 
 
 def judged_notes(judged: Iterable[Judged]) -> list[str]:
-    """A line per part judged without a recorded definition: the operator should know that its
-    times come from today's spec, which may not be the one that was in force then."""
-    return [
-        f"  {utc_text(j.window.start)} .. {utc_text(j.window.end)}: no recorded definition, "
-        "judged by the live schedule's spec (without jitter)"
-        for j in judged
-        if j.applied_at is None
+    """A line per part judged without a recorded definition (the operator should know that its
+    times come from today's spec, which may not be the one that was in force then), and per
+    part between two lives of the id."""
+    lines = []
+    for j in judged:
+        span = f"  {utc_text(j.window.start)} .. {utc_text(j.window.end)}"
+        if j.deleted:
+            lines.append(f"{span}: the schedule was deleted (recorded): nothing was due")
+        elif j.applied_at is None:
+            lines.append(
+                f"{span}: no recorded definition, judged by the live schedule's spec "
+                "(without jitter)"
+            )
+    return lines
+
+
+def paused_notes(count: int, pauses: Iterable[Pause]) -> list[str]:
+    if not count:
+        return []
+    lines = [
+        f"  paused: {count} fire(s) fell inside an operator pause: held on purpose, not "
+        "missing (`backfill run --include-paused` replays them too)"
     ]
+    for p in pauses:
+        until = utc_text(p.resumed_at) if p.resumed_at else "now"
+        reason = f" ({p.reason})" if p.reason else ""
+        lines.append(f"    paused {utc_text(p.paused_at)} .. {until}{reason}")
+    return lines
 
 
 def awaiting_notes(count: int) -> list[str]:
@@ -295,20 +338,62 @@ _MIDNIGHT = "00:00:00Z"
 async def plan(
     client: Client,
     pool: asyncpg.Pool,
-    schedule: ManagedSchedule,
+    schedule: ManagedSchedule | GoneSchedule,
     window: Window,
     *,
     now: datetime | None = None,
 ) -> Plan:
-    """The plan for the window, clamped to the schedule's creation: no fire was due before."""
-    return await plan_window(
-        client,
-        pool,
-        schedule.schedule_id,
-        window.clamped_to(schedule.created_at),
-        now=now,
-        live=schedule.description,
-    )
+    """The plan for the window, clamped to the start of the id's first known life (`life_start`):
+    no fire was due before."""
+    async with pool.acquire() as conn:
+        start = await life_start(conn, schedule)
+        return await plan_on(
+            client,
+            conn,
+            schedule.schedule_id,
+            window.clamped_to(start),
+            now=now,
+            live=schedule.description,
+            gone=schedule.description is None,
+        )
+
+
+@dataclass(frozen=True)
+class GoneSchedule:
+    """A schedule id Temporal no longer holds, known from its recorded history: it can still be
+    planned and audited (what its lives should have run, and did not), never replayed into."""
+
+    schedule_id: str
+    deleted_at: datetime | None
+    """Its last recorded delete; None: it was deleted outside cronwarden, at a time not known
+    (its last recorded definition is taken to have held until now)."""
+    description: None = None
+
+    @property
+    def created_at(self) -> None:
+        return None
+
+
+async def load_gone(conn: Any, schedule_id: str) -> GoneSchedule | None:
+    """The id's recorded history, if it has one (None: it never was a cronwarden schedule)."""
+    rows = await definitions.history(conn, schedule_id)
+    if not rows:
+        return None
+    deletes = [at for at, _, _, deleted in rows if deleted]
+    return GoneSchedule(schedule_id, deletes[-1] if deletes and rows[-1][3] else None)
+
+
+async def life_start(conn: Any, schedule: ManagedSchedule | GoneSchedule) -> datetime:
+    """The earliest time a fire of the id can have been due: the first recorded definition (of
+    an earlier life, when the id was deleted and created again), or the live schedule's creation
+    when nothing older is recorded. Parts between two lives are judged by the recorded delete
+    (`Judged.deleted`)."""
+    first = await definitions.first_applied_at(conn, schedule.schedule_id)
+    created = schedule.created_at
+    candidates = [t for t in (first, created) if t is not None]
+    if not candidates:
+        raise ValueError(f"schedule '{schedule.schedule_id}' has neither history nor a creation")
+    return min(candidates)
 
 
 async def plan_window(
@@ -333,6 +418,7 @@ async def plan_on(
     *,
     now: datetime | None = None,
     live: ScheduleDescription | None = None,
+    gone: bool = False,
 ) -> Plan:
     """`plan_window` on one connection: inside a REPEATABLE READ transaction every page (and
     whatever the caller reads after) sees one snapshot of the outbox.
@@ -342,26 +428,61 @@ async def plan_on(
     nominal time plus that definition's jitter has passed (at `now`, the clock when not given):
     before that, Temporal may still start it, and it is counted as awaiting its jitter instead.
     `live` is the schedule's description, if the caller has one (it is described otherwise,
-    only when needed).
+    only when needed); `gone`: Temporal no longer holds the schedule, only its history judges.
     """
     now = datetime.now(UTC) if now is None else now
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
-    for part in await _parts(client, conn, schedule_id, window, live):
+    if not window.empty:
+        result.pauses = await pause_history.overlapping(conn, schedule_id, window.start, window.end)
+    for part in await _parts(client, conn, schedule_id, window, live, gone=gone):
         result.judged.append(part.judged)
         # The last nominal second whose jittered start must have come by now. Without jitter
         # every time asked for counts (the commands never ask past now).
         jitter = part.judged.jitter
         due = math.floor((now - jitter).timestamp()) if jitter else None
+        held = _held_spans(result.pauses, jitter)
         async for page in _prefetched(part.pages(client, schedule_id)):
             missing = await outbox.missing_fire_times(conn, schedule_id, page)
             result.expected += len(page)
             result.done += len(page) - len(missing)
+            if held and missing:
+                missing = _split_held(missing, held, result.paused)
             if due is not None and missing and missing[-1] > due:
                 cut = bisect_right(missing, due)
                 result.awaiting_jitter.extend(missing[cut:])
                 missing = missing[:cut]
             result.missing.extend(missing)
     return result
+
+
+def _held_spans(pauses: Sequence[Pause], jitter: timedelta | None) -> list[tuple[int, int]]:
+    """Each pause as the nominal seconds it held, [first, last]: a fire whose start (its
+    nominal time, up to the jitter later) fell inside the pause was not started by Temporal.
+    One whose jittered start may have come just before the pause counts as held too: replaying
+    a fire the operator may have held on purpose is the wrong thing to apply, while a held one
+    is still listed (and replayed on request)."""
+    spans = []
+    for p in pauses:
+        first = math.ceil((p.paused_at - (jitter or timedelta(0))).timestamp())
+        # A fire at the very second the pause was lifted may not have been started either.
+        last = math.floor(p.resumed_at.timestamp()) if p.resumed_at else _FOREVER
+        spans.append((first, last))
+    return spans
+
+
+_FOREVER = 2**62
+
+
+def _split_held(missing: list[int], held: list[tuple[int, int]], into: array[int]) -> list[int]:
+    """`missing` without the times inside a held span, which are appended to `into`. Pauses are
+    few and both lists ascend: one pass over the missing times."""
+    kept: list[int] = []
+    for t in missing:
+        if any(first <= t <= last for first, last in held):
+            into.append(t)
+        else:
+            kept.append(t)
+    return kept
 
 
 async def expected_pages(
@@ -393,6 +514,8 @@ class _Part:
 
     async def pages(self, client: Client, schedule_id: str) -> AsyncGenerator[list[int], None]:
         window = self.judged.window
+        if self.judged.deleted:
+            return
         if self.definition is not None:
             scratch = scratch_schedule(client, self.definition, task_queue=self.task_queue)
         elif self.spec is not None:
@@ -412,6 +535,8 @@ async def _parts(
     schedule_id: str,
     window: Window,
     live: ScheduleDescription | None,
+    *,
+    gone: bool = False,
 ) -> list[_Part]:
     """The window's parts and how each is evaluated.
 
@@ -426,6 +551,11 @@ async def _parts(
     parts: list[_Part] = []
     for segment in segments(history, window):
         applied = segment.applied
+        if applied is not None and applied.deleted:
+            parts.append(
+                _Part(Judged(segment.window, applied.applied_at, None, True), None, None, "")
+            )
+            continue
         if applied is None:
             live = live or await _describe(client, schedule_id)
             spec = live.schedule.spec
@@ -437,7 +567,7 @@ async def _parts(
         defn = applied.rebuilt()
         judged = Judged(segment.window, applied.applied_at, defn.jitter)
         direct = False
-        if applied is latest and defn.jitter is None:
+        if applied is latest and defn.jitter is None and not gone:
             # The latest row should be what Temporal holds, but a write whose row was lost
             # (an update interrupted between the two) may have given the live spec a jitter.
             live = live or await _describe(client, schedule_id)

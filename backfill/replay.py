@@ -49,6 +49,7 @@ from cronwarden.activities.contract import (
     format_fire_time,
     logical_key,
 )
+from cronwarden.activities.jobs import InvalidArgs, JobRegistry, UnknownJob
 from cronwarden.backfill.plan import Judged, ManagedSchedule
 from cronwarden.backfill.spec_history import Applied
 from cronwarden.logs import get_logger
@@ -119,7 +120,10 @@ class Definitions:
     - the recorded definition ran another job than the live schedule runs: the CLI cannot see
       a worker's registry, and a job that was replaced (or an id whose entry was swapped with
       another's) is the case where the old job is most likely gone from the workers, or must
-      not run again.
+      not run again;
+    - with `registry` (the job modules of CRONWARDEN_JOBS, as `apply` loads them): its job is
+      not registered there, or its recorded args no longer pass the job's model. The run would
+      only fail on the worker; the operator learns it before anything starts.
 
     With `with_current` such a key runs the live schedule's definition instead (reported as
     `current`), which is what the operator asked for.
@@ -132,8 +136,10 @@ class Definitions:
         history: Sequence[Applied],
         *,
         with_current: bool = False,
+        registry: JobRegistry | None = None,
     ) -> None:
         self._schedule = schedule
+        self._registry = registry
         self._current = current_definition(schedule)
         self._with_current = with_current
         self._parts = list(judged)
@@ -178,6 +184,14 @@ class Definitions:
                 f"the definition in force then (applied {utc_text(applied_at)}) ran job "
                 f"'{defn.job}', the schedule runs '{live_job}' now"
             )
+        if self._registry is not None:
+            try:
+                self._registry.get(defn.job).validate_args(defn.args)
+            except (UnknownJob, InvalidArgs) as exc:
+                return (
+                    f"the definition in force then (applied {utc_text(applied_at)}) no longer "
+                    f"runs here: {exc}"
+                )
         # The live task queue, not the recorded one: the queue only routes the run to today's
         # workers (a queue renamed since has none), it does not change what runs. The live lease
         # too (lock and overlap): the lease is how the schedule's runs keep out of each other

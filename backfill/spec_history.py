@@ -31,6 +31,8 @@ class Applied:
     applied_at: datetime
     digest: str
     definition: dict[str, Any]
+    deleted: bool = False
+    """A delete: the schedule's life ended here, no fire is due until the next row."""
 
     def rebuilt(self) -> ScheduleDefinition:
         """The definition again, without the "can it still fire" check: it is history."""
@@ -50,7 +52,8 @@ class Applied:
 class Segment:
     window: Window
     applied: Applied | None
-    """The definition in force; None: before any recorded apply (the live spec is all we know)."""
+    """The definition in force; None: before any recorded apply (the live spec is all we know);
+    a deleted row: between two lives of the id, when nothing was due."""
 
 
 def segments(history: Sequence[Applied], window: Window) -> list[Segment]:

@@ -44,6 +44,7 @@ from cronwarden.schedules.inventory import (
     schedule_ids,
     view,
 )
+from cronwarden.schedules.lives import delete_schedule
 from cronwarden.schedules.mapping import (
     DEFINITION_MEMO,
     MANAGED_MEMO,
@@ -706,7 +707,7 @@ async def _prune(client: Client, pool: asyncpg.Pool | None, schedule_id: str) ->
     if desc is not None and not await is_managed(desc):
         return
     if desc is not None:
-        await client.get_schedule_handle(schedule_id).delete()
+        await delete_schedule(client, pool, schedule_id)
     if pool is not None:
         async with pool.acquire() as conn:
             # A pruned schedule must not leave a heartbeat the monitor pages on for ever.

@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from cronwarden.activities.contract import DIGEST_MEMO, logical_key
 from cronwarden.errors import CronwardenError
@@ -32,6 +31,7 @@ from cronwarden.schedules.inventory import (
     get_managed,
     no_such_schedule,
 )
+from cronwarden.schedules.lives import delete_schedule
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.store import heartbeats
 from cronwarden.times import utc_text_or_none
@@ -136,12 +136,9 @@ async def delete(client: Client, pool: asyncpg.Pool, schedule_id: str) -> bool:
     Returns False when only a leftover heartbeat row was removed."""
     in_temporal = await delete_target(client, pool, schedule_id)
     if in_temporal:
-        try:
-            await client.get_schedule_handle(schedule_id).delete()
-        except RPCError as exc:
-            # Deleted by someone else since we looked: the row still goes.
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
+        # Records the end of the schedule's life first; deleted by someone else since we
+        # looked is not an error: the row still goes.
+        await delete_schedule(client, pool, schedule_id)
     async with pool.acquire() as conn:
         # A deleted schedule must not leave a heartbeat that the monitor pages on for ever.
         await heartbeats.delete(conn, schedule_id)

@@ -17,7 +17,9 @@ ON CONFLICT (schedule_id, applied_at) DO NOTHING
 
 # The definition an update replaces, from the memo Temporal held, unless it is already the
 # schedule's latest recorded one. With no history at all it is seeded as holding since the
-# schedule's creation ($2: a schedule applied before definitions were recorded). Otherwise a
+# schedule's creation ($2: a schedule applied before definitions were recorded); so it is when
+# the latest row is a delete (this life was created outside `apply`, after cronwarden deleted
+# the one before). Otherwise a
 # write whose own row was lost (an apply interrupted between Temporal and Postgres, and the next
 # apply brought a newer definition instead of re-running that one): it held from Temporal's last
 # write of the schedule ($3), or the fires of its time would be judged, and replayed, by the one
@@ -25,13 +27,15 @@ ON CONFLICT (schedule_id, applied_at) DO NOTHING
 _RECORD_REPLACED = """
 INSERT INTO cronwarden.definition_history
        (schedule_id, applied_at, definition_digest, definition)
-SELECT $1, CASE WHEN latest.digest IS NULL THEN $2::timestamptz ELSE $3::timestamptz END,
+SELECT $1, CASE WHEN latest.digest IS NULL OR latest.deleted THEN $2::timestamptz
+                 ELSE $3::timestamptz END,
        $4::text, $5::jsonb
-  FROM (SELECT (SELECT h.definition_digest
-                  FROM cronwarden.definition_history h
-                 WHERE h.schedule_id = $1
-                 ORDER BY h.applied_at DESC
-                 LIMIT 1) AS digest) AS latest
+  FROM (SELECT 1) AS one
+  LEFT JOIN LATERAL (SELECT h.definition_digest AS digest, h.deleted
+                       FROM cronwarden.definition_history h
+                      WHERE h.schedule_id = $1
+                      ORDER BY h.applied_at DESC
+                      LIMIT 1) AS latest ON true
  WHERE latest.digest IS DISTINCT FROM $4::text
 ON CONFLICT (schedule_id, applied_at) DO NOTHING
 """
@@ -55,7 +59,7 @@ ON CONFLICT (schedule_id, applied_at) DO NOTHING
 """
 
 _HISTORY = """
-SELECT applied_at, definition_digest, definition
+SELECT applied_at, definition_digest, definition, deleted
   FROM cronwarden.definition_history
  WHERE schedule_id = $1
  ORDER BY applied_at
@@ -113,21 +117,65 @@ async def record_if_not_latest(
         )
 
 
-async def history(conn: Any, schedule_id: str) -> list[tuple[datetime, str, dict[str, Any]]]:
-    """Every recorded definition of the schedule, oldest first."""
+async def history(conn: Any, schedule_id: str) -> list[tuple[datetime, str, dict[str, Any], bool]]:
+    """Every recorded definition of the schedule, oldest first, as (applied at, digest,
+    definition, deleted); a deleted row ends a life of the schedule id (`record_deleted`)."""
     rows = await conn.fetch(_HISTORY, schedule_id)
-    return [(r["applied_at"], r["definition_digest"], dict(r["definition"])) for r in rows]
+    return [
+        (r["applied_at"], r["definition_digest"], dict(r["definition"]), r["deleted"]) for r in rows
+    ]
 
 
-# One row per schedule, its newest entry: `schedules list` and `status` read every managed
-# schedule's definition here instead of describing each schedule in Temporal.
+# A delete, at Temporal's clock read just before it (the schedule may fire up to the delete
+# itself: those fires are done or in flight, never missed). The digest is empty so that no
+# definition ever reads as already recorded after it: the next apply of the id records its
+# definition again, as the first of a new life.
+_RECORD_DELETED = """
+INSERT INTO cronwarden.definition_history
+       (schedule_id, applied_at, definition_digest, definition, deleted)
+VALUES ($1, $2, '', '{}'::jsonb, true)
+ON CONFLICT (schedule_id, applied_at) DO NOTHING
+"""
+
+# A delete Temporal refused: its row must not end a life that goes on.
+_FORGET_DELETED = """
+DELETE FROM cronwarden.definition_history
+ WHERE schedule_id = $1 AND applied_at = $2 AND deleted
+"""
+
+
+async def record_deleted(conn: Any, schedule_id: str, *, at: datetime) -> None:
+    """Record that the schedule is deleted at `at` (Temporal's clock), before deleting it."""
+    await conn.execute(_RECORD_DELETED, schedule_id, at)
+
+
+async def forget_deleted(conn: Any, schedule_id: str, *, at: datetime) -> None:
+    """Take back `record_deleted` when the delete itself failed."""
+    await conn.execute(_FORGET_DELETED, schedule_id, at)
+
+
+# One row per schedule, its newest entry unless that is a delete: `schedules list` and `status`
+# read every managed schedule's definition here instead of describing each schedule in Temporal.
 _LATEST_ALL = """
-SELECT DISTINCT ON (schedule_id) schedule_id, definition
-  FROM cronwarden.definition_history
- ORDER BY schedule_id, applied_at DESC
+SELECT schedule_id, definition
+  FROM (SELECT DISTINCT ON (schedule_id) schedule_id, definition, deleted
+          FROM cronwarden.definition_history
+         ORDER BY schedule_id, applied_at DESC) AS latest
+ WHERE NOT deleted
 """
 
 
 async def latest_all(conn: Any) -> dict[str, dict[str, Any]]:
     """Schedule id -> the definition most recently recorded for it."""
     return {r["schedule_id"]: dict(r["definition"]) for r in await conn.fetch(_LATEST_ALL)}
+
+
+_FIRST_APPLIED_AT = """
+SELECT min(applied_at) FROM cronwarden.definition_history WHERE schedule_id = $1
+"""
+
+
+async def first_applied_at(conn: Any, schedule_id: str) -> datetime | None:
+    """When the id's first recorded definition took effect (of its first known life)."""
+    first: datetime | None = await conn.fetchval(_FIRST_APPLIED_AT, schedule_id)
+    return first

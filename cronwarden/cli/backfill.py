@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from cronwarden.backfill.audit import Audit
-    from cronwarden.backfill.plan import ManagedSchedule, Plan
+    from cronwarden.backfill.plan import GoneSchedule, ManagedSchedule, Plan
 
 backfill_app = typer.Typer(
     help="List the fire times that never committed, and replay exactly those.",
@@ -65,14 +65,17 @@ AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")
 class Context:
     client: Client
     pool: asyncpg.Pool
-    schedule: ManagedSchedule
+    schedule: ManagedSchedule | GoneSchedule
 
     async def cap(self) -> DueCap:
         """The last fire time due, by Temporal's clock and the schedule's progress as described
-        on connecting: both only move on after that, so the cap can be early, never late."""
+        on connecting: both only move on after that, so the cap can be early, never late. A
+        schedule Temporal no longer holds has no progress: Temporal's clock alone."""
         from cronwarden.backfill.window import temporal_now
 
         desc = self.schedule.description
+        if desc is None:
+            return due_cap(await temporal_now(self.client), [], None, paused=False)
         return due_cap(
             await temporal_now(self.client),
             desc.info.next_action_times,
@@ -80,17 +83,44 @@ class Context:
             paused=desc.schedule.state.paused,
         )
 
+    def live(self) -> ManagedSchedule:
+        """The schedule as Temporal holds it; refuses one known only from its history."""
+        from cronwarden.backfill.plan import GoneSchedule
+
+        schedule = self.schedule
+        if isinstance(schedule, GoneSchedule):
+            when = f" at {utc_text(schedule.deleted_at)}" if schedule.deleted_at else ""
+            raise InvalidInput(
+                f"schedule '{schedule.schedule_id}' was deleted{when}: nothing replayed (a replay "
+                "needs the live schedule's workers and lease). `backfill plan` and `audit` still "
+                "show its missed fires; re-create it with `schedules apply` to replay them"
+            )
+        return schedule
+
 
 @asynccontextmanager
 async def _connected(schedule_id: str) -> AsyncIterator[Context]:
+    """Connected to both, with the schedule: as Temporal holds it, or, once deleted, as its
+    recorded history knows it (for `plan` and `audit`)."""
     from cronwarden import temporal
-    from cronwarden.backfill.plan import load_managed
+    from cronwarden.backfill.plan import load_gone, load_managed
+    from cronwarden.schedules.inventory import NoSuchSchedule
     from cronwarden.store.pool import create_pool
 
     settings = load_settings()
     client = await temporal.connect(settings)
-    schedule = await load_managed(client, schedule_id)
-    pool = await create_pool(settings.dsn, max_size=2)
+    schedule: ManagedSchedule | GoneSchedule
+    try:
+        schedule = await load_managed(client, schedule_id)
+        pool = await create_pool(settings.dsn, max_size=2)
+    except NoSuchSchedule:
+        pool = await create_pool(settings.dsn, max_size=2)
+        async with pool.acquire() as conn:
+            gone = await load_gone(conn, schedule_id)
+        if gone is None:
+            await pool.close()
+            raise
+        schedule = gone
     try:
         yield Context(client, pool, schedule)
     finally:
@@ -154,7 +184,8 @@ def _print_plan(p: Plan, requested: Window, cap: DueCap, *, keys: bool) -> None:
     if p.window.start != requested.start:
         out.print("  (starts after the schedule's creation: no fire was due before it)")
     _print_cap(requested, cap)
-    out.print(f"expected {p.expected}, done {p.done}, missing {len(p.missing)}")
+    paused = f", paused {len(p.paused)}" if p.paused else ""
+    out.print(f"expected {p.expected}, done {p.done}, missing {len(p.missing)}{paused}")
     # Parts judged without a recorded definition, fires still within their jitter.
     _print_lines(p.notes())
     if keys:
@@ -209,7 +240,8 @@ def backfill_run(
         bool,
         typer.Option(
             "--include-paused",
-            help="Replay even though the schedule is paused now (refused without it).",
+            help="Replay the fires that fell inside operator pauses too, even while the schedule "
+            "is paused now (both refused without it).",
         ),
     ] = False,
     with_current_definition: Annotated[
@@ -231,12 +263,15 @@ def backfill_run(
 
         requested = _window(start, end)
         async with _connected(schedule_id) as ctx:
-            _refuse_paused(ctx.schedule, include_paused)
+            _refuse_paused(ctx.live(), include_paused)
             cap = await ctx.cap()
             # Temporal's `now` for the jitter rule too (a fire within its jitter is not missing).
             p = await plan(
                 ctx.client, ctx.pool, ctx.schedule, requested.capped_to(cap), now=cap.now
             )
+            if include_paused and p.paused:
+                # Asked for: the fires the operator's pauses held are replayed with the rest.
+                p = p.with_paused_as_missing()
             if not as_json:
                 _print_plan(p, requested, cap, keys=False)
             if dry_run:
@@ -331,13 +366,18 @@ class _Declined(CronwardenError):
 async def _definitions(ctx: Context, p: Plan, with_current: bool) -> Any:
     """Which definition each key's replay runs: the recorded one that judged its part of the
     window in the plan (backfill/replay.py `Definitions`)."""
+    from cronwarden.activities.jobs import import_job_modules
     from cronwarden.backfill.replay import Definitions
     from cronwarden.backfill.spec_history import Applied
     from cronwarden.store import definitions
 
     async with ctx.pool.acquire() as conn:
         history = [Applied(*row) for row in await definitions.history(conn, p.schedule_id)]
-    return Definitions(ctx.schedule, p.judged, history, with_current=with_current)
+    # The job modules `apply` checks against, when this host has them: each recorded definition
+    # is checked the same way before its keys are replayed.
+    modules = load_settings().job_modules()
+    registry = import_job_modules(modules) if modules else None
+    return Definitions(ctx.live(), p.judged, history, with_current=with_current, registry=registry)
 
 
 async def _replay_with_progress(
@@ -360,7 +400,7 @@ async def _replay_with_progress(
         task = progress.add_task("replaying", total=len(p.missing))
         return await replay_all(
             ctx.client,
-            ctx.schedule,
+            ctx.live(),
             p.missing_times(),
             concurrency=concurrency,
             lock_wait=lock_wait,
@@ -435,12 +475,21 @@ def _print_audit(result: Audit, requested: Window | None = None, cap: DueCap | N
     _print_lines(result.notes())
     if result.committed_off_spec:
         out.print(f"committed at other times (manual triggers): {result.committed_off_spec}")
-    out.print(
-        f"Temporal, since the schedule was created: {result.actions_total} actions, "
-        f"{result.skipped_overlap_total} skipped (overlap), "
-        f"{result.missed_catchup_window_total} missed (catchup window)"
-        + (", paused" if result.paused else "")
-    )
+    if result.gone is not None:
+        deleted = result.gone.deleted_at
+        out.print(
+            f"deleted at {utc_text(deleted)}: audited from its recorded history"
+            if deleted
+            else "not in Temporal (deleted outside cronwarden, time unknown): audited from its "
+            "recorded history"
+        )
+    else:
+        out.print(
+            f"Temporal, since the schedule was created: {result.actions_total} actions, "
+            f"{result.skipped_overlap_total} skipped (overlap), "
+            f"{result.missed_catchup_window_total} missed (catchup window)"
+            + (", paused" if result.paused else "")
+        )
     last = result.last_lease_skip
     if result.lease_skips_total and last is not None:
         out.print(

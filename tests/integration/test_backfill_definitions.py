@@ -4,56 +4,33 @@ recorded definition that judged its part of the window, not the schedule's defin
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 import pytest
-from temporalio.client import Client, ScheduleActionExecutionStartWorkflow, ScheduleHandle
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from cronwarden.activities.contract import ALREADY_DONE, OVERLAP_LOCKED, logical_key
 from cronwarden.backfill.replay import REPLAYED
 from cronwarden.schedules.apply import apply_definitions
-from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.run_ids import replay_workflow_id
 from cronwarden.store import definitions
 from cronwarden.times import utc_text
 from tests.support.cli import cli, cli_json, iso
 from tests.support.database import fetch
+from tests.support.outage import apply_paused, even_slots
 from tests.support.schedules import definition
 from tests.support.waiting import clock_past, wait_for
 
 pytestmark = pytest.mark.integration
 
 
-async def _apply_paused(
-    client: Client, pool: asyncpg.Pool, task_queue: str, defn: ScheduleDefinition
-) -> tuple[ScheduleHandle, datetime]:
-    """Apply `defn` and pause the schedule at once, no run of it left: every fire time from its
-    creation on has no outbox record until a backfill gives it one. Its creation time."""
-    await apply_definitions(client, pool, [defn], task_queue=task_queue)
-    handle = client.get_schedule_handle(defn.id)
-    await handle.pause(note="test: every fire missed")
-    description = await handle.describe()
-    for action in description.info.running_actions:
-        if isinstance(action, ScheduleActionExecutionStartWorkflow):
-            await client.get_workflow_handle(action.workflow_id).terminate()
-    return handle, description.info.created_at
-
-
-def _slots(after: datetime, until: datetime) -> list[datetime]:
-    """The `every: 2s` slots strictly after `after`, up to `until`: Temporal aligns intervals to
-    the epoch."""
-    first = int(after.timestamp()) + 1
-    first += first % 2
-    return [datetime.fromtimestamp(s, UTC) for s in range(first, int(until.timestamp()) + 1, 2)]
-
-
 async def _history(pool: asyncpg.Pool, schedule_id: str) -> list[tuple[datetime, str]]:
     async with pool.acquire() as conn:
-        return [(at, digest) for at, digest, _ in await definitions.history(conn, schedule_id)]
+        return [(at, digest) for at, digest, _, _ in await definitions.history(conn, schedule_id)]
 
 
 async def _outbox_digests(pool: asyncpg.Pool, schedule_id: str) -> dict[datetime, str]:
@@ -101,7 +78,7 @@ async def test_a_v1_era_key_is_replayed_with_v1s_args_after_v2_changed_them(
     v1 = definition(schedule_id, every="2s", args={"write": True})
     v2 = definition(schedule_id, every="2s", args={"write": False})
     assert v1.args_digest() != v2.args_digest()
-    handle, created_at = await _apply_paused(client, pool, task_queue, v1)
+    handle, created_at = await apply_paused(client, pool, task_queue, v1)
     try:
         await wait_for(
             lambda: clock_past(created_at + timedelta(seconds=7)), timeout=30, what="v1's fires"
@@ -114,8 +91,8 @@ async def test_a_v1_era_key_is_replayed_with_v1s_args_after_v2_changed_them(
         end = v2_at + timedelta(seconds=4)
         # A fire at or before the second of the update was judged by v1 (backfill/spec_history).
         boundary = v2_at.replace(microsecond=0)
-        v1_era = [t for t in _slots(created_at, end) if t <= boundary]
-        v2_era = [t for t in _slots(created_at, end) if t > boundary]
+        v1_era = [t for t in even_slots(created_at, end) if t <= boundary]
+        v2_era = [t for t in even_slots(created_at, end) if t > boundary]
         assert len(v1_era) >= 3 and len(v2_era) >= 1
 
         window = ["--start", iso(created_at - timedelta(minutes=1)), "--end", iso(end)]
@@ -152,13 +129,13 @@ async def test_a_key_whose_recorded_job_is_not_the_live_one_is_skipped_unless_as
     # The file now runs another job under this id (a job replaced, two ids swapped).
     v1 = definition(schedule_id, every="2s", job="probe")
     v2 = definition(schedule_id, every="2s", job="noop-digest")
-    handle, created_at = await _apply_paused(client, pool, task_queue, v1)
+    handle, created_at = await apply_paused(client, pool, task_queue, v1)
     try:
         await wait_for(
             lambda: clock_past(created_at + timedelta(seconds=5)), timeout=30, what="v1's fires"
         )
         await apply_definitions(client, pool, [v2], task_queue=task_queue)
-        v1_era = _slots(created_at, created_at + timedelta(seconds=5))
+        v1_era = even_slots(created_at, created_at + timedelta(seconds=5))
         assert len(v1_era) >= 2
         args = [
             "backfill",
@@ -209,6 +186,52 @@ async def test_a_key_whose_recorded_job_is_not_the_live_one_is_skipped_unless_as
     assert await _effects(pool, schedule_id) == {}
 
 
+async def test_a_key_whose_recorded_args_no_longer_validate_is_skipped_unless_asked(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    worker: Worker,
+    cli_env: dict[str, str],
+) -> None:
+    handle, created_at = await apply_paused(
+        client, pool, task_queue, definition(schedule_id, every="2s", job="probe")
+    )
+    try:
+        await wait_for(
+            lambda: clock_past(created_at + timedelta(seconds=5)), timeout=30, what="the fires"
+        )
+        # The job's model changed since the definition was applied: what it recorded then no
+        # longer passes it (the worker would fail each replay).
+        await pool.execute(
+            "UPDATE cronwarden.definition_history "
+            """SET definition = jsonb_set(definition, '{args}', '{"sleep": "soon"}') """
+            "WHERE schedule_id = $1",
+            schedule_id,
+        )
+        era = even_slots(created_at, created_at + timedelta(seconds=5))
+        args = ["backfill", "run", schedule_id, "--start", iso(era[0]), "--end", iso(era[-1])]
+        args.append("--include-paused")
+
+        refused = await _json_exit_1(cli_env, *args)
+        assert refused["summary"] == _summary(0)
+        assert [s["logical_key"] for s in refused["skipped"]] == [
+            logical_key(schedule_id, t) for t in era
+        ]
+        for skipped in refused["skipped"]:
+            assert "no longer runs here: " in skipped["reason"], skipped
+            assert "sleep" in skipped["reason"] and "--with-current-definition" in skipped["reason"]
+        await _never_started(client, schedule_id, era)
+
+        forced = await cli_json(cli_env, *args, "--with-current-definition")
+        assert forced["summary"] == _summary(len(era))
+        [used] = forced["definitions"]
+        assert used["source"] == "current"
+    finally:
+        await handle.delete()
+    assert set(await _outbox_digests(pool, schedule_id)) == set(era)
+
+
 async def _json_exit_1(env: dict[str, str], *args: str) -> Any:
     """`--json` of a run that leaves keys undone: its document, and exit 1."""
     result = await cli(env, *args, "--json")
@@ -228,7 +251,7 @@ async def test_replays_of_eras_with_other_locks_take_todays_lease_and_never_over
     # of each other (and out of the live fires): they all take today's lease.
     v1 = definition(schedule_id, every="2s", lock=f"old-{schedule_id}", args={"sleep": 2})
     v2 = definition(schedule_id, every="2s", lock=f"new-{schedule_id}", args={"sleep": 2})
-    handle, created_at = await _apply_paused(client, pool, task_queue, v1)
+    handle, created_at = await apply_paused(client, pool, task_queue, v1)
     try:
         await wait_for(
             lambda: clock_past(created_at + timedelta(seconds=5)), timeout=30, what="v1's fires"
@@ -286,7 +309,7 @@ async def test_an_update_whose_history_row_was_lost_is_recorded_by_the_next_appl
     v1 = definition(schedule_id, every="2s", args={"write": True})
     v2 = definition(schedule_id, every="2s", args={"write": False})
     v3 = definition(schedule_id, every="2s", args={"write": False, "sleep": 0.1})
-    handle, created_at = await _apply_paused(client, pool, task_queue, v1)
+    handle, created_at = await apply_paused(client, pool, task_queue, v1)
     try:
         await wait_for(
             lambda: clock_past(created_at + timedelta(seconds=3)), timeout=30, what="v1's fires"
@@ -311,7 +334,7 @@ async def test_an_update_whose_history_row_was_lost_is_recorded_by_the_next_appl
         v3_at = (await _history(pool, schedule_id))[-1][0]
         v2_era = [
             t
-            for t in _slots(created_at, v3_at)
+            for t in even_slots(created_at, v3_at)
             if v2_written.replace(microsecond=0) < t <= v3_at.replace(microsecond=0)
         ]
         assert len(v2_era) >= 2

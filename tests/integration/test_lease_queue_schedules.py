@@ -25,7 +25,7 @@ from cronwarden.backfill.window import Window
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.store import locks
 from tests.support.cli import cli, cli_json, iso
-from tests.support.database import fetch
+from tests.support.database import committed_times, fetch
 from tests.support.runs import queued_at
 from tests.support.schedules import definition
 from tests.support.waiting import wait_for
@@ -37,15 +37,6 @@ async def cli_text(env: dict[str, str], *args: str) -> str:
     result = await cli(env, *args, timeout=120)
     assert result.code == 0, result.stderr
     return result.stdout
-
-
-async def committed_times(pool: asyncpg.Pool, schedule_id: str) -> list[datetime]:
-    rows = await fetch(
-        pool,
-        "SELECT fire_time FROM cronwarden.outbox WHERE schedule_id = $1 ORDER BY 1",
-        schedule_id,
-    )
-    return [r["fire_time"] for r in rows]
 
 
 async def effects_per_key(pool: asyncpg.Pool, schedule_id: str) -> dict[str, int]:

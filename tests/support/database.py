@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -29,3 +30,13 @@ async def fetch(dsn_or_pool: Any, query: str, *args: Any) -> list[asyncpg.Record
     async with dsn_or_pool.acquire() as conn:
         rows: list[asyncpg.Record] = await conn.fetch(query, *args)
         return rows
+
+
+async def committed_times(pool: asyncpg.Pool, schedule_id: str) -> list[datetime]:
+    """The fire times of the schedule's outbox records, ascending."""
+    rows = await fetch(
+        pool,
+        "SELECT fire_time FROM cronwarden.outbox WHERE schedule_id = $1 ORDER BY 1",
+        schedule_id,
+    )
+    return [r["fire_time"] for r in rows]
