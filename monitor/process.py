@@ -8,6 +8,10 @@ never raises an expected database failure (`Monitor.step` pages about it instead
 fails on a bug is logged and the next one runs anyway, because one bad pass must not end the
 watching. Only `--once` fails when its pass could not use the database: its caller has no next
 pass to wait for.
+
+After a pass, old incidents and notifications are pruned (`store.retention`), a few small
+batches at a time. Every interval the process keeps (between passes, between prunes) runs on
+the monotonic clock: a wall clock stepped by NTP or an operator neither skips nor repeats them.
 """
 
 from __future__ import annotations
@@ -15,21 +19,93 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
+from collections.abc import Callable
 
 from cronwarden.config import Settings
 from cronwarden.errors import Unreachable
 from cronwarden.logs import get_logger
 from cronwarden.monitor.http import monitor_app, serve_monitor
 from cronwarden.monitor.page import PageAccess, StatusPage, TemporalLinks
-from cronwarden.monitor.passes import DEFAULT_INTERVAL, Monitor, options_from_settings
+from cronwarden.monitor.passes import (
+    DATABASE_ERRORS,
+    DEFAULT_INTERVAL,
+    Monitor,
+    options_from_settings,
+)
 from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.monitor.sinks import Sink
 from cronwarden.monitor.sinks.pagerduty import PagerDutySink
 from cronwarden.monitor.sinks.slack import SlackSink
 from cronwarden.monitor.sinks.webhook import WebhookSink
+from cronwarden.store import retention
+from cronwarden.store.pool import connect as connect_database
 from cronwarden.temporal import connect as connect_temporal
 
 log = get_logger("cronwarden.monitor")
+
+PRUNE_EVERY = 300.0
+"""Seconds between two prunes that found no backlog."""
+
+
+class Pruning:
+    """Prunes old incidents and notifications at most every `every` seconds of the monotonic
+    `clock`, and on the next pass again while a backlog is left. On a connection of its own,
+    opened per prune (a few a hour): the pass's pool is not held for it."""
+
+    def __init__(
+        self,
+        dsn: str,
+        policy: retention.RetentionPolicy,
+        *,
+        timeout: float,
+        every: float = PRUNE_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.dsn = dsn
+        self.policy = policy
+        self.timeout = timeout
+        self.every = every
+        self._clock = clock
+        self._next: float | None = None
+
+    def due(self) -> bool:
+        return self._next is None or self._clock() >= self._next
+
+    async def maybe_prune(self) -> retention.Pruned | None:
+        """Prune if due; None when not due or the database failed (the pass pages about that:
+        a failed prune only waits for its next turn)."""
+        if not self.due():
+            return None
+        self._next = self._clock() + self.every
+        try:
+            async with asyncio.timeout(self.timeout):
+                conn = await connect_database(self.dsn, timeout=self.timeout)
+                try:
+                    pruned = await retention.prune(conn, self.policy)
+                finally:
+                    await conn.close()
+        except DATABASE_ERRORS as exc:
+            log.warning("monitor.prune-failed", error=type(exc).__name__)
+            return None
+        if pruned.more:
+            self._next = self._clock()  # a backlog: the next pass goes on with it
+        if pruned.notifications or pruned.incidents:
+            log.info(
+                "monitor.pruned",
+                notifications=pruned.notifications,
+                incidents=pruned.incidents,
+                more=pruned.more,
+            )
+        return pruned
+
+
+def pruning_from_settings(settings: Settings) -> Pruning:
+    return Pruning(
+        settings.dsn,
+        retention.RetentionPolicy(keep=settings.monitor_retention),
+        timeout=settings.monitor_database_timeout_seconds,
+    )
 
 
 def sinks_from_settings(settings: Settings) -> dict[str, Sink]:
@@ -77,7 +153,12 @@ async def run_monitor(
                 serve_monitor(app, host=metrics_host, port=metrics_port)
             )
         await _watch(
-            monitor, once=once, interval=interval, stop=stop, handle_signals=handle_signals
+            monitor,
+            pruning_from_settings(settings),
+            once=once,
+            interval=interval,
+            stop=stop,
+            handle_signals=handle_signals,
         )
 
 
@@ -108,7 +189,13 @@ def status_page(settings: Settings, monitor: Monitor) -> StatusPage | None:
 
 
 async def _watch(
-    monitor: Monitor, *, once: bool, interval: float, stop: asyncio.Event, handle_signals: bool
+    monitor: Monitor,
+    pruning: Pruning,
+    *,
+    once: bool,
+    interval: float,
+    stop: asyncio.Event,
+    handle_signals: bool,
 ) -> None:
     loop = asyncio.get_running_loop()
     installed: list[signal.Signals] = []
@@ -131,10 +218,13 @@ async def _watch(
             failed = await monitor.step()
             if failed is not None:
                 raise Unreachable(f"the monitor pass could not use the database: {failed}")
+            # A monitor run from cron (`--once`) is the only one some deployments have.
+            await pruning.maybe_prune()
             return
         while not stop.is_set():
             try:
-                await monitor.step()
+                if await monitor.step() is None:
+                    await pruning.maybe_prune()
             except Exception as exc:
                 # A bug in one pass must not end the watching: log it and try again next pass.
                 log.error("monitor.pass-failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)

@@ -160,6 +160,28 @@ END
 $$;
 
 --
+-- Name: heartbeats_record_pause(); Type: FUNCTION; Schema: cronwarden; Owner: -
+--
+
+CREATE FUNCTION cronwarden.heartbeats_record_pause() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' AND OLD.paused AND (TG_OP = 'DELETE' OR NOT NEW.paused) THEN
+        UPDATE cronwarden.pause_history
+           SET resumed_at = GREATEST(paused_at, statement_timestamp())
+         WHERE schedule_id = OLD.schedule_id AND resumed_at IS NULL;
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.paused AND (TG_OP = 'INSERT' OR NOT OLD.paused) THEN
+        INSERT INTO cronwarden.pause_history (schedule_id, paused_at, reason)
+        VALUES (NEW.schedule_id, statement_timestamp(), NEW.paused_reason)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+--
 -- Name: heartbeats_set_alert_after(); Type: FUNCTION; Schema: cronwarden; Owner: -
 --
 
@@ -194,7 +216,8 @@ CREATE TABLE cronwarden.definition_history (
     schedule_id text NOT NULL,
     applied_at timestamp with time zone NOT NULL,
     definition_digest text NOT NULL,
-    definition jsonb NOT NULL
+    definition jsonb NOT NULL,
+    deleted boolean DEFAULT false NOT NULL
 );
 
 --
@@ -366,6 +389,18 @@ CREATE TABLE cronwarden.outbox (
 );
 
 --
+-- Name: pause_history; Type: TABLE; Schema: cronwarden; Owner: -
+--
+
+CREATE TABLE cronwarden.pause_history (
+    schedule_id text NOT NULL,
+    paused_at timestamp with time zone NOT NULL,
+    resumed_at timestamp with time zone,
+    reason text,
+    CONSTRAINT pause_history_check CHECK (((resumed_at IS NULL) OR (resumed_at >= paused_at)))
+);
+
+--
 -- Name: schema_migrations; Type: TABLE; Schema: cronwarden; Owner: -
 --
 
@@ -440,6 +475,13 @@ ALTER TABLE ONLY cronwarden.outbox
     ADD CONSTRAINT outbox_pkey PRIMARY KEY (logical_key);
 
 --
+-- Name: pause_history pause_history_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
+--
+
+ALTER TABLE ONLY cronwarden.pause_history
+    ADD CONSTRAINT pause_history_pkey PRIMARY KEY (schedule_id, paused_at);
+
+--
 -- Name: schema_migrations schema_migrations_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
 --
 
@@ -477,6 +519,12 @@ CREATE UNIQUE INDEX incidents_one_open ON cronwarden.incidents USING btree (COAL
 CREATE INDEX incidents_parent ON cronwarden.incidents USING btree (parent_id) WHERE (parent_id IS NOT NULL);
 
 --
+-- Name: incidents_resolved; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE INDEX incidents_resolved ON cronwarden.incidents USING btree (resolved_at) WHERE (resolved_at IS NOT NULL);
+
+--
 -- Name: notifications_dead; Type: INDEX; Schema: cronwarden; Owner: -
 --
 
@@ -495,16 +543,34 @@ CREATE INDEX notifications_pending ON cronwarden.notifications USING btree (next
 CREATE INDEX notifications_pending_by_key ON cronwarden.notifications USING btree (sink, dedup_key, id) WHERE ((delivered_at IS NULL) AND (dead_at IS NULL));
 
 --
+-- Name: notifications_settled; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE INDEX notifications_settled ON cronwarden.notifications USING btree (COALESCE(delivered_at, dead_at));
+
+--
 -- Name: outbox_schedule_fire_time; Type: INDEX; Schema: cronwarden; Owner: -
 --
 
 CREATE INDEX outbox_schedule_fire_time ON cronwarden.outbox USING btree (schedule_id, fire_time);
 
 --
+-- Name: pause_history_open; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE UNIQUE INDEX pause_history_open ON cronwarden.pause_history USING btree (schedule_id) WHERE (resumed_at IS NULL);
+
+--
 -- Name: heartbeats heartbeats_alert_after; Type: TRIGGER; Schema: cronwarden; Owner: -
 --
 
 CREATE TRIGGER heartbeats_alert_after BEFORE INSERT OR UPDATE OF next_expected_at, grace ON cronwarden.heartbeats FOR EACH ROW EXECUTE FUNCTION cronwarden.heartbeats_set_alert_after();
+
+--
+-- Name: heartbeats heartbeats_record_pause; Type: TRIGGER; Schema: cronwarden; Owner: -
+--
+
+CREATE TRIGGER heartbeats_record_pause AFTER INSERT OR DELETE OR UPDATE OF paused ON cronwarden.heartbeats FOR EACH ROW EXECUTE FUNCTION cronwarden.heartbeats_record_pause();
 
 --
 -- Name: locks locks_delete_places; Type: TRIGGER; Schema: cronwarden; Owner: -
