@@ -48,7 +48,7 @@ class Audit:
     committed: int
     """Expected fire times with an outbox record."""
     committed_off_spec: int
-    """Outbox records in the window at times the current spec does not produce (a manual
+    """Outbox records in the window at times the definition in force does not produce (a manual
     trigger, a spec changed since)."""
     in_flight: FireTimes
     """Expected fire times whose run is executing now (no outbox record yet)."""

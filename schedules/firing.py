@@ -44,8 +44,35 @@ def never_fires(
     """
     if start_at is not None and end_at is not None and end_at <= start_at:
         return f"its end_at ({utc_text(end_at)}) is not after its start_at ({utc_text(start_at)})"
+    crons, skips = list(crons), list(skips)
+    reason = _never_fires_since(crons, every, start_at, end_at, skips, now=now)
+    # Nothing after now, but crons that each name their years could fire in their life: the
+    # year field is an end like end_at, and such a spec is finished once its years have gone by,
+    # not broken (`finished_note`). A file applied every year must not break on 1 January.
+    over = (
+        reason is not None
+        and every is None
+        and bool(crons)
+        and all(cron_fields(c).years is not None for c in crons)
+        and (end_at is None or end_at > now)
+        and _never_fires_since(crons, every, start_at, end_at, skips, now=now, whole_life=True)
+        is None
+    )
+    return None if over else reason
+
+
+def _never_fires_since(
+    crons: Iterable[str],
+    every: timedelta | None,
+    start_at: datetime | None,
+    end_at: datetime | None,
+    skips: Iterable[SkipCalendar],
+    *,
+    now: datetime,
+    whole_life: bool = False,
+) -> str | None:
     # From when on a fire counts: from now, or over its whole life once it is finished.
-    since = _EPOCH if end_at is not None and end_at <= now else now
+    since = _EPOCH if whole_life or (end_at is not None and end_at <= now) else now
     low = max(since, start_at) if start_at is not None else since
     high = min(end_at, _END_OF_CALENDAR) if end_at is not None else _END_OF_CALENDAR
     if every is not None:
@@ -67,17 +94,30 @@ def never_fires(
     return "; ".join(reasons)
 
 
-def finished_note(end_at: datetime | None, *, now: datetime) -> str | None:
-    """Why a spec that could fire is over (its end_at has passed), or None while it is not."""
-    if end_at is None or end_at > now:
+def finished_note(
+    end_at: datetime | None,
+    *,
+    now: datetime,
+    crons: Iterable[str] = (),
+    start_at: datetime | None = None,
+    skips: Iterable[SkipCalendar] = (),
+) -> str | None:
+    """Why a spec that could fire is over (its end_at has passed, or its cron names only years
+    gone by), or None while it is not."""
+    if end_at is not None and end_at <= now:
+        return f"its end_at ({utc_text(end_at)}) has passed, so it fires no more"
+    crons = list(crons)
+    if not crons:
         return None
-    return f"its end_at ({utc_text(end_at)}) has passed, so it fires no more"
+    reason = _never_fires_since(crons, None, start_at, end_at, list(skips), now=now)
+    return None if reason is None else f"it fires no more: {reason}"
 
 
 def check_cron(expr: str, *, now: datetime) -> str:
     """`validate_cron` plus "can it fire after now": CronLint('never-fires') when it cannot."""
     expr = validate_cron(expr)
-    reason = never_fires(crons=[expr], every=None, start_at=None, end_at=None, now=now)
+    # Strictly from now: an expression alone has no life to be finished in.
+    reason = _never_fires_since([expr], None, None, None, [], now=now)
     if reason is not None:
         raise CronLint("never-fires", f"never fires: {reason}")
     return expr

@@ -242,12 +242,15 @@ class ScheduleDefinition(BaseModel):
         return self
 
     def finished(self, now: datetime) -> str | None:
-        """Why the schedule fires no more (its end_at has passed), or None while it may fire.
+        """Why the schedule fires no more (its end_at has passed, or its cron's years have), or
+        None while it may fire.
 
         A finished entry still passes validation (it could fire in its life); apply keeps it
         and reports it, and never creates it anew.
         """
-        return finished_note(self.end_at, now=now)
+        return finished_note(
+            self.end_at, now=now, crons=self.crons, start_at=self.start_at, skips=self.exclude
+        )
 
     @property
     def crons(self) -> list[str]:

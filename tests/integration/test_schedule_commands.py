@@ -843,6 +843,31 @@ async def test_a_finished_entry_is_reported_finished_and_the_rest_of_the_file_ap
     assert await describe_or_none(client, gone) is None
 
 
+async def test_a_cron_whose_years_are_over_is_finished_and_never_blocks_its_file(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
+) -> None:
+    # A year-bounded cron ends like an end_at: once its years are over, the file it is in must
+    # still apply (the pods of a release apply it at every start).
+    normal, bygone = new_id("normal"), new_id("bygone")
+    cleanup.extend([normal, bygone])
+    path = write_schedules_file(
+        tmp_path,
+        "schedules:\n"
+        + yearly_entry(normal, "41 3 1 1 *")
+        + yearly_entry(bygone, "43 3 1 1 * 2020"),
+    )
+    applied = await cli(cli_env, "schedules", "apply", "--json", str(path))
+    assert applied.code == 0, applied
+    changes = {c["schedule_id"]: c for c in json.loads(applied.stdout)["changes"]}
+    assert changes[normal]["action"] == "created"
+    assert changes[bygone]["action"] == "finished"
+    assert (
+        "it fires no more: '43 3 1 1 * 2020' names only years before" in changes[bygone]["finished"]
+    )
+    assert await describe_or_none(client, bygone) is None
+    assert await describe_or_none(client, normal) is not None
+
+
 async def test_an_entry_that_could_never_fire_still_refuses_the_file_with_nothing_applied(
     tmp_path: Path, cli_env: dict[str, str], client: Client, cleanup: list[str]
 ) -> None:

@@ -36,7 +36,10 @@ def refusal(**fields: Any) -> str:
     [
         ({"cron": "0 0 30 2 *"}, "'0 0 30 2 *' asks for day 30 of February, a date that does"),
         ({"cron": "0 0 31 4,6,9,11 *"}, "asks for day 31 of April, June, September, November"),
-        ({"cron": "0 0 1 1 * 2001-2020"}, "names only years before 2026 (2001, 2002, 2003"),
+        (
+            {"cron": "0 0 1 1 * 2001-2020", "start_at": "2021-01-01T00:00:00Z"},
+            "names only years before 2026 (2001, 2002, 2003",
+        ),
         ({"cron": "0 0 29 2 * 2027"}, "matches no day between 2026-11-30T12:00:00Z and"),
         ({"cron": "0 0 1 1 mon 2027"}, "(its day-of-month and day-of-week must both match)"),
         (
@@ -85,7 +88,8 @@ def refusal(**fields: Any) -> str:
             "matches only days its exclusions skip",
         ),
         (
-            {"cron": "0 11 30 11 * 2026"},
+            # Its one fire (11:00) was before its life began: it never fired, and never will.
+            {"cron": "0 11 30 11 * 2026", "start_at": "2026-11-30T11:30:00Z"},
             "matches no day between 2026-11-30T12:00:00Z",
         ),
     ],
@@ -109,6 +113,14 @@ def test_a_spec_whose_end_at_has_passed_is_finished_not_refused() -> None:
     assert window.finished(NOW) is not None
     # Without a start_at, its life began before anyone knows: a year field it met counts.
     assert define(cron="0 0 1 1 * 2020-2025", end_at="2026-01-01T00:00:00Z").finished(NOW)
+    # A cron whose years have all gone by, without an end_at: it fired in its life, and is
+    # finished the same way, not refused (a file applied every year would break on 1 January).
+    years = define(cron="0 0 1 1 * 2020-2025")
+    assert years.finished(NOW) == (
+        "it fires no more: '0 0 1 1 * 2020-2025' names only years before 2026 (2020, 2021, "
+        "2022, 2023, 2024, ...)"
+    )
+    assert define(cron="0 11 30 11 * 2026").finished(NOW) is not None
     # Until its end_at passes it is not finished, even with no fire left before it.
     assert define(every="1h", end_at="2026-12-01T00:00:00Z").finished(NOW) is None
     assert define(cron="0 9 * * *").finished(NOW) is None
