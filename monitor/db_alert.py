@@ -3,7 +3,10 @@
 There is no database to keep this alert in, so its state lives in a small file beside the
 monitor (and in memory): a restarted monitor, or a `monitor --once` on the same host, knows an
 alert is open, does not page again for it, and is the one that resolves it once it sees the
-database healthy. The decisions are pure functions of that state and the wall clock.
+database healthy. The decisions are pure functions of that state and a clock reading: the
+monotonic clock's (`clock()`), which the state file shares between the processes of a host. A
+reading earlier than the last page's (a reboot reset the clock, or a wall clock given instead
+was stepped back) counts as long ago: the alert pages again rather than going quiet.
 
 The rules: the first failed pass after a quiet spell pages; while the database stays
 unreachable the page repeats at most every `every` seconds; the first healthy pass resolves it.
@@ -18,6 +21,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -34,9 +38,14 @@ class AlertState:
     open: bool = False
     """A trigger went out and no resolve since."""
     last_trigger_at: float | None = None
-    """Unix time of the last trigger sent."""
+    """Clock reading (`now`) of the last trigger sent."""
     failures: int = 0
     """Failed passes in a row."""
+
+
+def clock() -> float:
+    """The clock `on_failure`'s `now` is read from."""
+    return time.monotonic()
 
 
 def on_failure(
@@ -44,7 +53,9 @@ def on_failure(
 ) -> tuple[AlertState, bool]:
     """The state after a failed pass, and whether to send a trigger now."""
     state = replace(state, failures=state.failures + 1)
-    recent = state.last_trigger_at is not None and now - state.last_trigger_at < every
+    # A negative age is a clock that went back, not a page sent a moment ago: silence for as
+    # long as the clock jumped would be the one failure an alert must not have.
+    recent = state.last_trigger_at is not None and 0 <= now - state.last_trigger_at < every
     # An open alert repeats every `every`. A fresh outage pages at once; one within `every` of
     # the last page (flapping) only once it holds for `confirm` passes.
     send = not recent or (not state.open and state.failures >= confirm)

@@ -62,9 +62,19 @@ class PauseCheckPolicy:
 class PauseCheck:
     """Finds the recorded pauses that Temporal no longer holds (see the module docstring)."""
 
-    def __init__(self, connect: TemporalConnect, policy: PauseCheckPolicy | None = None) -> None:
+    def __init__(
+        self,
+        connect: TemporalConnect,
+        policy: PauseCheckPolicy | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._connect = connect
         self.policy = policy or PauseCheckPolicy()
+        # Its back-off and warning intervals are measured on this clock: a monotonic one, so a
+        # wall clock stepped back cannot keep Temporal unasked (or the warning unsaid) for
+        # as long as it stepped, nor one stepped forward end either early.
+        self._clock = clock
         self._client: Client | None = None
         self._next_connect = 0.0
         # One connect at a time: a pass and page loads that ask together share its outcome
@@ -85,11 +95,11 @@ class PauseCheck:
         async with self._connecting:
             if self._client is not None:
                 return self._client
-            if time.monotonic() < self._next_connect:
+            if self._clock() < self._next_connect:
                 return None
             # Set before trying: a caller cancelled mid-connect (a page's own deadline) still
             # leaves the back-off in place, so nobody waits on a black-holed Temporal again at once.
-            self._next_connect = time.monotonic() + self.policy.reconnect_every
+            self._next_connect = self._clock() + self.policy.reconnect_every
             try:
                 async with asyncio.timeout(self.policy.timeout):
                     self._client = await self._connect()
@@ -128,7 +138,7 @@ class PauseCheck:
         if not self.unverified:
             self._warned_at = None
             return
-        now = time.monotonic()
+        now = self._clock()
         if self._warned_at is not None and now - self._warned_at < self.policy.warn_every:
             return
         self._warned_at = now
