@@ -33,7 +33,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -245,6 +245,22 @@ class Summary:
 
     def definitions_json(self) -> list[dict[str, Any]]:
         return [d.as_json() | {"keys": n} for d, n in self.by_definition.items()]
+
+
+def would_run(definitions: Definitions, schedule_id: str, seconds: Iterable[int]) -> Summary:
+    """What `replay_all` would run for these fire times (epoch seconds), started nothing: the
+    keys per definition, and the keys it would skip with why (`--dry-run`)."""
+    preview = Summary()
+    for s in seconds:
+        fire_time = datetime.fromtimestamp(s, UTC)
+        chosen = definitions.resolve(fire_time)
+        if isinstance(chosen, str):
+            key = logical_key(schedule_id, fire_time)
+            wid = replay_workflow_id(schedule_id, fire_time)
+            preview.skipped.append(ReplayResult(key, wid, SKIPPED, chosen))
+        else:
+            preview.by_definition[chosen] = preview.by_definition.get(chosen, 0) + 1
+    return preview
 
 
 async def replay_one(

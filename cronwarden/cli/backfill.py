@@ -275,7 +275,8 @@ def backfill_run(
             if not as_json:
                 _print_plan(p, requested, cap, keys=False)
             if dry_run:
-                _print_dry_run(p, as_json, cap)
+                chooser = await _definitions(ctx, p, with_current_definition)
+                _print_dry_run(p, as_json, cap, chooser)
                 return 0
             if not p.missing:
                 if as_json:
@@ -330,20 +331,39 @@ def _refuse_paused(schedule: ManagedSchedule, include_paused: bool) -> None:
     )
 
 
-def _print_dry_run(p: Plan, as_json: bool, cap: DueCap | None = None) -> None:
+def _print_dry_run(p: Plan, as_json: bool, cap: DueCap | None, chooser: Any) -> None:
+    """What `run` would do, key by key: the definition each key would run (counted per
+    definition) or why it would be skipped, exactly as `run` decides it."""
     from cronwarden.backfill.plan import keys_of
+    from cronwarden.backfill.replay import would_run
     from cronwarden.schedules.run_ids import REPLAY_INFIX
 
     # `replay_workflow_id` of each key, formatted the fast way (the id is the key's time after
     # the replay infix), one at a time.
     workflow_ids = keys_of(p.schedule_id, p.missing, prefix=f"{p.schedule_id}{REPLAY_INFIX}")
+    preview = would_run(chooser, p.schedule_id, p.missing)
     if as_json:
-        _print_json(plan_json(p, cap) | {"dry_run": True, "workflow_ids": workflow_ids})
+        _print_json(
+            plan_json(p, cap)
+            | {
+                "dry_run": True,
+                "workflow_ids": workflow_ids,
+                "definitions": preview.definitions_json(),
+                "skipped": [
+                    {"logical_key": s.logical_key, "reason": s.detail} for s in preview.skipped
+                ],
+            }
+        )
         return
     _print_lines(
         f"  would replay {key} as {wid}"
         for key, wid in zip(p.iter_missing_keys(), workflow_ids, strict=True)
     )
+    for definition, n in preview.by_definition.items():
+        out.print(f"  {n} key(s) would run {definition.text()}")
+    if preview.skipped:
+        out.print(f"would skip {len(preview.skipped)} key(s):")
+        _print_lines(f"  skipped {s.logical_key}: {s.detail}" for s in preview.skipped)
     out.print("dry run: nothing started")
 
 

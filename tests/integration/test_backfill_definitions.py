@@ -148,6 +148,15 @@ async def test_a_key_whose_recorded_job_is_not_the_live_one_is_skipped_unless_as
             "--include-paused",
         ]
 
+        # The dry run says the same before anything starts.
+        dry = await cli_json(cli_env, *args, "--dry-run")
+        assert dry["definitions"] == []
+        assert [s["logical_key"] for s in dry["skipped"]] == [
+            logical_key(schedule_id, t) for t in v1_era
+        ]
+        dry_text = await cli(cli_env, *args, "--dry-run")
+        assert f"would skip {len(v1_era)} key(s):" in dry_text.stdout, dry_text
+
         refused = await _json_exit_1(cli_env, *args)
         assert refused["summary"] == _summary(0)
         assert refused["definitions"] == []
@@ -173,7 +182,10 @@ async def test_a_key_whose_recorded_job_is_not_the_live_one_is_skipped_unless_as
             assert skipped["reason"].startswith("no recorded definition covers this time")
         await _never_started(client, schedule_id, v1_era)
 
-        # Asked for: the current definition runs them, and the report says so.
+        # Asked for: the current definition runs them, and the report says so, dry run first.
+        dry = await cli_json(cli_env, *args, "--with-current-definition", "--dry-run")
+        assert [(d["source"], d["keys"]) for d in dry["definitions"]] == [("current", len(v1_era))]
+        assert dry["skipped"] == []
         forced = await cli_json(cli_env, *args, "--with-current-definition")
         assert forced["summary"] == _summary(len(v1_era))
         assert forced["skipped"] == []

@@ -8,7 +8,7 @@ import json
 from array import array
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -16,6 +16,7 @@ from cronwarden.activities.contract import logical_key
 from cronwarden.backfill.audit import Audit
 from cronwarden.backfill.json_stream import dump
 from cronwarden.backfill.plan import FireTimes, Plan, keys_of
+from cronwarden.backfill.replay import HISTORY, RunDefinition
 from cronwarden.backfill.window import Window
 from cronwarden.cli import backfill as backfill_cli
 from cronwarden.cli import support as cli_support
@@ -107,6 +108,18 @@ def printed(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
     return text
 
 
+RECORDED = RunDefinition(HISTORY, cast(Any, None), None, START - timedelta(days=1), "digest-v1")
+
+
+class _Chooser:
+    """A `Definitions` whose history covers every minute but the sixth."""
+
+    def resolve(self, fire_time: datetime) -> RunDefinition | str:
+        if fire_time.minute == 6:
+            return "no recorded definition covers this time"
+        return RECORDED
+
+
 @pytest.mark.parametrize("minutes", [(), (0,), (0, 2, 4, 6)])
 def test_plan_and_dry_run_json_keep_their_documents(
     printed: io.StringIO, minutes: tuple[int, ...]
@@ -117,9 +130,22 @@ def test_plan_and_dry_run_json_keep_their_documents(
     keys = [logical_key("s", t) for t in p.missing_times()]
     plan = p.counts_json() | {"missing_keys": keys}
     backfill_cli._print_json(backfill_cli.plan_json(p))
-    backfill_cli._print_dry_run(p, as_json=True)
+    backfill_cli._print_dry_run(p, True, None, _Chooser())
     ids = [replay_workflow_id("s", t) for t in p.missing_times()]
-    dry = plan | {"dry_run": True, "workflow_ids": ids}
+    times = list(p.missing_times())
+    run = [t for t in times if t.minute != 6]
+    definitions = [RECORDED.as_json() | {"keys": len(run)}] if run else []
+    skipped = [
+        {"logical_key": logical_key("s", t), "reason": "no recorded definition covers this time"}
+        for t in times
+        if t.minute == 6
+    ]
+    dry = plan | {
+        "dry_run": True,
+        "workflow_ids": ids,
+        "definitions": definitions,
+        "skipped": skipped,
+    }
     assert printed.getvalue() == "".join(
         json.dumps(d, indent=2, ensure_ascii=False) + "\n" for d in (plan, dry)
     )
