@@ -229,6 +229,18 @@ def printable(text: str | bytes | bytearray) -> str:
     return text.replace("\x00", "\\x00")
 
 
+def storable_value(value: Any) -> Any:
+    """`redact_value` for what a `jsonb` column keeps: every string `printable` too (jsonb
+    refuses a NUL as text does)."""
+    if isinstance(value, str | bytes | bytearray):
+        return redact(printable(value))
+    if isinstance(value, dict):
+        return {printable(str(k)): storable_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [storable_value(v) for v in value]
+    return redact_value(value)
+
+
 ERROR_LIMIT = 2000
 """Characters of an error text the store keeps: enough for a sentence and its cause."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cronwarden.redact import for_storage, redact_value
+from cronwarden.redact import for_storage, storable_value
 
 OVERDUE = "overdue"
 NEVER_RAN = "never-ran"
@@ -158,7 +158,7 @@ def _scrubbed(summary: str, details: dict[str, Any]) -> tuple[str, dict[str, Any
     """What an incident keeps of its text: every page, the status page and `status` read it
     back from here, so secrets (a job's error quoted in the summary) are blanked at this one
     write, and a summary is bounded."""
-    return for_storage(summary, limit=SUMMARY_LIMIT), redact_value(details)
+    return for_storage(summary, limit=SUMMARY_LIMIT), storable_value(details)
 
 
 async def resolve(conn: Any, *, incident_id: int, resolution: str) -> dict[str, Any] | None:
