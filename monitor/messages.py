@@ -1,16 +1,30 @@
 """The sink-neutral message of a page: persisted with the notification, rendered per sink at
-delivery. Its shape is the generic webhook's body, documented in the README."""
+delivery. Its shape is the generic webhook's body, documented in docs/alerting.md.
+
+A page is bounded whatever the size of the outage: a fleet (system) page names its first
+`LISTED` schedules and the count, and links to the rest. `compacted` yields ever smaller
+versions of a message, so each sink can send the most it can take (see `monitor.sinks.fit`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 from cronwarden.times import utc_text_or_none
 
 TRIGGER = "trigger"
 RESOLVE = "resolve"
 DB_UNREACHABLE = "monitor-database-unreachable"
+
+LISTED = 20
+"""Schedules a fleet page names; the rest are counted and linked."""
+SUMMARY_NAMES = 10
+"""Schedule ids a fleet incident's summary names (it is stored and shown as one line)."""
+# Each step down `compacted` takes: members listed, longest text kept, items kept of a list.
+_STEPS = ((LISTED, 1000, LISTED), (5, 300, 5), (0, 120, 0))
+ELLIPSIS = "…"
 
 
 def dedup_key(schedule_id: str | None) -> str:
@@ -25,12 +39,44 @@ def monitor_dedup_key(host: str) -> str:
     return f"cronwarden:monitor:{host}"
 
 
+def cut(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters, an ellipsis marking a cut."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + ELLIPSIS
+
+
+def system_summary(schedule_ids: Sequence[str]) -> str:
+    """One line naming the first `SUMMARY_NAMES` schedules of a fleet outage and the count."""
+    named = ", ".join(schedule_ids[:SUMMARY_NAMES])
+    rest = len(schedule_ids) - SUMMARY_NAMES
+    more = f" and {rest:,} more" if rest > 0 else ""
+    return f"{len(schedule_ids):,} schedules went overdue together: {named}{more}"
+
+
+def system_details(schedule_ids: Sequence[str]) -> dict[str, Any]:
+    """What a fleet incident stores of its schedules: the first `LISTED` ids and the count."""
+    return {"schedule_ids": list(schedule_ids[:LISTED]), "schedules_total": len(schedule_ids)}
+
+
+def page_link(status_page_url: str | None, schedule_id: str | None) -> str | None:
+    """Where a page sends its reader: the status page (a schedule's own page for a schedule's
+    incident). None when no status page URL is configured."""
+    if not status_page_url:
+        return None
+    base = status_page_url.rstrip("/")
+    if schedule_id is None:
+        return base + "/"
+    return f"{base}/schedules/{quote(schedule_id, safe='')}"
+
+
 def incident_message(
     event: str,
     incident: Mapping[str, Any],
     *,
     schedules: Sequence[Mapping[str, Any]] = (),
+    link: str | None = None,
 ) -> dict[str, Any]:
+    """The message of an incident's page; of `schedules` (a fleet page's members) only the
+    first `LISTED` are listed, and `schedules_total` counts them all."""
     kind = incident["kind"]
     summary = incident["summary"]
     if event == RESOLVE:
@@ -42,12 +88,54 @@ def incident_message(
         "schedule_id": incident["schedule_id"],
         "summary": summary,
         "details": dict(incident["details"] or {}),
-        "schedules": [dict(s) for s in schedules],
+        "schedules": [dict(s) for s in schedules[:LISTED]],
+        "schedules_total": len(schedules),
+        "link": link,
+        "truncated": False,
         "opened_at": utc_text_or_none(incident["opened_at"]),
         "resolved_at": utc_text_or_none(incident.get("resolved_at")),
         "resolution": incident.get("resolution"),
         "dedup_key": dedup_key(incident["schedule_id"]),
     }
+
+
+def compacted(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """`message` as it is, then ever smaller versions of it, the last one a few hundred bytes:
+    fewer members listed, long texts cut, lists in `details` shortened, and at last no details
+    and no members at all. What identifies the page (event, kind, ids, dedup key, the count and
+    the link) is never cut. A cut version says `truncated: true`."""
+    yield dict(message)
+    total = message.get("schedules_total", len(message.get("schedules") or []))
+    for members, text, items in _STEPS:
+        yield {
+            **message,
+            "summary": cut(str(message.get("summary") or ""), text),
+            "details": _shortened(dict(message.get("details") or {}), text=text, items=items),
+            "schedules": [
+                _shortened(dict(s), text=text, items=items)
+                for s in (message.get("schedules") or [])[:members]
+            ],
+            "schedules_total": total,
+            "truncated": True,
+        }
+    yield {
+        **message,
+        "summary": cut(str(message.get("summary") or ""), 120),
+        "details": {},
+        "schedules": [],
+        "schedules_total": total,
+        "truncated": True,
+    }
+
+
+def _shortened(value: Any, *, text: int, items: int) -> Any:
+    if isinstance(value, str):
+        return cut(value, text)
+    if isinstance(value, list):
+        return [_shortened(v, text=text, items=items) for v in value[:items]]
+    if isinstance(value, dict):
+        return {k: _shortened(v, text=text, items=items) for k, v in value.items()}
+    return value
 
 
 def database_unreachable_message(
@@ -69,6 +157,9 @@ def database_unreachable_message(
             {"monitor_id": monitor_id, "host": host, "error": error} if event == TRIGGER else {}
         ),
         "schedules": [],
+        "schedules_total": 0,
+        "link": None,
+        "truncated": False,
         "opened_at": None,
         "resolved_at": None,
         "resolution": None,

@@ -1,8 +1,15 @@
-"""Delivery of persisted notifications: claim a due row, send it with no transaction open, then
-mark it delivered (never sent again), failed (retried later, with exponential backoff up to
-`retry_max`, for as long as it takes) or dead (given up on: only a payload the sink refused as
-such, which no retry can get through). A sink that is down or misconfigured never loses a page:
-its rows wait, and go out in order once it takes them again.
+"""Delivery of persisted notifications: claim due rows, send them with no transaction open,
+then mark each delivered (never sent again), failed (retried later, with exponential backoff up
+to `retry_max`, for as long as it takes) or dead (given up on: only a payload the sink refused
+as such, which no retry can get through). A sink that is down or misconfigured never loses a
+page: its rows wait, and go out in order once it takes them again.
+
+Each sink is delivered on its own (a lane): its own claims (only its own rows, in its own
+order), its own time budget, its own sends in flight (`concurrency`) and its own circuit
+breaker (`monitor.sinks.breaker`). The lanes of a pass run side by side, so a sink that hangs
+costs only its own pages: another sink's new trigger never waits behind its timeouts or
+retries. Within a sink, order per dedup key is the claim's (`store.notifications`): a resolve
+never goes out before its trigger, however many sends are in flight.
 
 A monitor killed mid-send leaves its row claimed but undelivered: the claim lapses after
 `claim_seconds` and the next pass of any monitor sends it. That makes delivery at least once;
@@ -14,15 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
 
 import asyncpg
 from structlog.typing import FilteringBoundLogger
 
 from cronwarden.logs import get_logger
 from cronwarden.monitor.metrics import Metrics
-from cronwarden.monitor.sinks import Http, Sink, SinkError, failure, send
+from cronwarden.monitor.sinks import BodyLimit, Http, Sink, SinkError, failure, send
+from cronwarden.monitor.sinks.breaker import Breaker, State
 from cronwarden.store import notifications
 
 log = get_logger("cronwarden.monitor")
@@ -40,30 +48,79 @@ class DeliveryPolicy:
     retry_base: float = 5.0
     retry_max: float = 300.0
     batch: int = 100
-    """At most this many deliveries per pass, so one pass always ends."""
+    """At most this many deliveries per sink and pass, so one pass always ends."""
     database_timeout: float = 30.0
     """Bound of each database step of the delivery (claim, mark): taking a connection from the
     pool, the statement and giving the connection back (its reset is a round trip too), so a
     database that stops answering ends the pass with an error, never holds it for the minutes
     TCP takes to give up."""
+    concurrency: int = 1
+    """Sends in flight at once to one sink that answers (one at a time to one that has not).
+    Above 1, pages of different dedup keys may arrive out of order; pages of one key never do."""
+    breaker_failures: int = 3
+    """Failed sends in a row that open a sink's circuit breaker."""
+    breaker_cooldown: float = 30.0
+    """How long an open breaker holds a sink's pages before one probe (at most `retry_max`)."""
+    max_body: Mapping[str, int] = field(default_factory=dict)
+    """Largest body per sink name where the settings say (the webhook's); else the sink's own."""
 
     @property
     def claim_seconds(self) -> float:
         # The claim must outlast everything its holder does with the row after the claim's
         # statement: the rest of the claim step (commit, giving the connection back), the send
-        # (its total deadline) and the marking step, each database step bounded by
-        # `database_timeout`. A claim that lapsed before the mark lets another replica send the
-        # page again while this one is still recording it.
+        # (its total deadline, 413 retries included) and the marking step, each database step
+        # bounded by `database_timeout`. A claim that lapsed before the mark lets another
+        # replica send the page again while this one is still recording it.
         return self.send_timeout + 2 * self.database_timeout + 5
+
+    @property
+    def cooldown(self) -> float:
+        # Never longer than the backoff ceiling: an open breaker must not hold a page longer
+        # than the page's own backoff would have.
+        return min(self.breaker_cooldown, self.retry_max)
 
     def retry_in(self, attempts: int) -> float:
         return float(min(self.retry_base * 2 ** max(attempts - 1, 0), self.retry_max))
+
+
+@dataclass
+class Lane:
+    """What one monitor process keeps of one sink between passes: its breaker and the largest
+    body it takes (lowered by every 413)."""
+
+    breaker: Breaker
+    limit: BodyLimit
+
+
+def new_lane(sink: Sink, policy: DeliveryPolicy) -> Lane:
+    return Lane(
+        breaker=Breaker(failures_to_open=policy.breaker_failures, cooldown=policy.cooldown),
+        limit=BodyLimit(policy.max_body.get(sink.name, sink.max_body)),
+    )
+
+
+def lane_of(lanes: MutableMapping[str, Lane], sink: Sink, policy: DeliveryPolicy) -> Lane:
+    if sink.name not in lanes:
+        lanes[sink.name] = new_lane(sink, policy)
+    return lanes[sink.name]
 
 
 def delivery_id(*, incident_id: int, event: str, sink: str) -> str:
     """What a receiver folds repeats by: one per (incident, event, sink), the same on every
     retry of that notification."""
     return f"cronwarden:{incident_id}:{event}:{sink}"
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """What every lane of one delivery pass shares."""
+
+    pool: asyncpg.Pool
+    http: Http
+    claimer: str
+    policy: DeliveryPolicy
+    metrics: Metrics
+    deadline: float
 
 
 async def deliver_due(
@@ -75,53 +132,147 @@ async def deliver_due(
     policy: DeliveryPolicy,
     metrics: Metrics,
     deadline: float,
+    lanes: MutableMapping[str, Lane] | None = None,
 ) -> int:
-    """Send due notifications of this monitor's sinks, up to the batch and until `deadline`
-    (monotonic), so a sink that times out on every request cannot hold up the next scan;
-    returns how many were delivered. Database errors propagate; sink errors never do."""
-    delivered = 0
-    own = sorted(sinks)
-    for _ in range(policy.batch):
-        left = deadline - time.monotonic()
-        if left < policy.send_timeout * _MIN_SEND_SHARE or not own:
-            break
-        async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
-            row = await notifications.claim_next(
-                conn, claimer=claimer, claim_seconds=policy.claim_seconds, sinks=own
-            )
-        if row is None:
-            break
-        bound = log.bind(
-            notification_id=row.id,
-            incident_id=row.incident_id,
-            sink=row.sink,
-            notification_event=row.event,
-            attempt=row.attempts,
-            schedule_id=row.message.get("schedule_id"),
-        )
-        try:
-            await send(
-                http,
-                sinks[row.sink],
-                row.message,
-                delivery_id=delivery_id(
-                    incident_id=row.incident_id, event=row.event, sink=row.sink
-                ),
-                timeout=min(policy.send_timeout, deadline - time.monotonic()),
-            )
-        except Exception as exc:
-            # Any failure of one sink, a bug in rendering too, fails this row only: it is
-            # retried later (or given up on), and the pass goes on.
-            await _failed(
-                pool, row, exc, claimer=claimer, policy=policy, metrics=metrics, log=bound
-            )
-            continue
-        async with asyncio.timeout(policy.database_timeout), pool.acquire() as conn:
-            await notifications.mark_delivered(conn, notification_id=row.id, claimer=claimer)
-        metrics.notification_sent(row.sink)
-        bound.info("notification.delivered")
-        delivered += 1
+    """Send due notifications of this monitor's sinks, every sink in its own lane, each up to
+    the batch and until `deadline` (monotonic), so a sink that times out on every request
+    cannot hold up the next scan or another sink; returns how many were delivered. `lanes`:
+    the breakers and limits kept between passes (None: fresh ones). Database errors propagate
+    (once every lane has ended); sink errors never do."""
+    kept: MutableMapping[str, Lane] = lanes if lanes is not None else {}
+    shared = _Pass(pool, http, claimer, policy, metrics, deadline)
+    results = await asyncio.gather(
+        *(
+            _deliver_sink(shared, sinks[name], lane_of(kept, sinks[name], policy))
+            for name in sorted(sinks)
+        ),
+        return_exceptions=True,
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return sum(r for r in results if isinstance(r, int))
+
+
+async def _deliver_sink(run: _Pass, sink: Sink, lane: Lane) -> int:
+    """One sink's lane: keep up to the breaker's allowance of sends in flight, claiming the
+    sink's due rows as room frees up, until none is due, the batch is spent, the breaker opens
+    or too little of the budget is left for another send. Sends in flight are awaited, never
+    abandoned: each is bounded by the deadline."""
+    policy = run.policy
+    delivered = claimed = 0
+    in_flight: set[asyncio.Task[bool]] = set()
+    drained = False
+    error: BaseException | None = None
+    try:
+        while True:
+            now = time.monotonic()
+            room = lane.breaker.allowance(now, concurrency=policy.concurrency) - len(in_flight)
+            enough_time = run.deadline - now >= policy.send_timeout * _MIN_SEND_SHARE
+            if (
+                error is None
+                and not drained
+                and room > 0
+                and claimed < policy.batch
+                and enough_time
+            ):
+                probing = lane.breaker.state(now) is State.HALF_OPEN
+                try:
+                    async with asyncio.timeout(policy.database_timeout), run.pool.acquire() as conn:
+                        rows = await notifications.claim_due(
+                            conn,
+                            claimer=run.claimer,
+                            claim_seconds=policy.claim_seconds,
+                            sink=sink.name,
+                            limit=min(room, policy.batch - claimed),
+                        )
+                except Exception as exc:
+                    error = exc
+                    continue
+                drained = not rows
+                if rows and probing:
+                    log.info("sink.breaker-probe", sink=sink.name, notification_id=rows[0].id)
+                claimed += len(rows)
+                for row in rows:
+                    in_flight.add(asyncio.create_task(_deliver_one(run, sink, lane, row)))
+                continue
+            if not in_flight:
+                break
+            done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task.exception() is not None:
+                    error = error or task.exception()
+                elif task.result():
+                    delivered += 1
+                    # A delivered page may be what the next page of its key waited for.
+                    drained = False
+    finally:
+        for task in in_flight:
+            task.cancel()
+        await asyncio.gather(*in_flight, return_exceptions=True)
+    if error is not None:
+        raise error
     return delivered
+
+
+async def _deliver_one(run: _Pass, sink: Sink, lane: Lane, row: notifications.Claimed) -> bool:
+    """Send one claimed row and mark it; True when delivered. Database errors propagate."""
+    policy = run.policy
+    bound = log.bind(
+        notification_id=row.id,
+        incident_id=row.incident_id,
+        sink=row.sink,
+        notification_event=row.event,
+        attempt=row.attempts,
+        schedule_id=row.message.get("schedule_id"),
+    )
+    try:
+        size = await send(
+            run.http,
+            sink,
+            row.message,
+            delivery_id=delivery_id(incident_id=row.incident_id, event=row.event, sink=row.sink),
+            timeout=min(policy.send_timeout, run.deadline - time.monotonic()),
+            limit=lane.limit,
+        )
+    except Exception as exc:
+        # Any failure of one sink, a bug in rendering too, fails this row only: it is
+        # retried later (or given up on), and the lane goes on.
+        _judge(lane, exc, sink=sink.name, log=bound)
+        await _failed(
+            run.pool,
+            row,
+            exc,
+            claimer=run.claimer,
+            policy=policy,
+            metrics=run.metrics,
+            log=bound,
+        )
+        return False
+    if lane.breaker.succeeded():
+        bound.info("sink.breaker-closed")
+    async with asyncio.timeout(policy.database_timeout), run.pool.acquire() as conn:
+        await notifications.mark_delivered(conn, notification_id=row.id, claimer=run.claimer)
+    run.metrics.notification_sent(row.sink)
+    bound.info("notification.delivered", bytes=size)
+    return True
+
+
+def _judge(lane: Lane, exc: BaseException, *, sink: str, log: FilteringBoundLogger) -> None:
+    """What a failed send tells the sink's breaker: the sink failing counts; the sink refusing
+    this page (it answered) counts as an answer; a bug of ours counts as neither."""
+    if not isinstance(exc, SinkError):
+        return
+    if not exc.sink_failed:
+        lane.breaker.succeeded()
+        return
+    if lane.breaker.failed(time.monotonic()):
+        log.error(
+            "sink.breaker-opened",
+            failures=lane.breaker.failures,
+            cooldown_seconds=lane.breaker.cooldown,
+            note="this sink's pages wait (none is dropped); one probe per cool-down",
+        )
 
 
 async def _failed(

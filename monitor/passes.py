@@ -3,9 +3,11 @@
 One pass: lift the recorded pauses Temporal no longer holds (`monitor.pauses`; skipped when
 Temporal does not answer), read a snapshot (database time), decide (pure, `monitor.scan`), write
 each decision with a conditional statement together with its notifications, and record this
-monitor's liveness. Then, within ONE time budget: resolve the "cannot reach the database" alert
-if one is open, ping the external dead-man's switch and deliver what is due. Paging needs
-Postgres only: the monitor keeps paging while Temporal and every worker are down.
+monitor's liveness. Then, side by side and each within the pass's send budget: resolve the
+"cannot reach the database" alert if one is open, ping the external dead-man's switch, and
+deliver what is due, every sink in its own lane (`monitor.notify`), so a sink that hangs holds
+back neither the others nor the ping. Paging needs Postgres only: the monitor keeps paging
+while Temporal and every worker are down.
 
 Only database work counts as "cannot reach the database": each database step has its own bound,
 and a send never raises (a slow or failing sink fails its own notification, nothing more).
@@ -34,13 +36,17 @@ from cronwarden.errors import Unreachable
 from cronwarden.logs import get_logger
 from cronwarden.monitor import db_alert, scan
 from cronwarden.monitor.messages import (
+    LISTED,
     RESOLVE,
     TRIGGER,
     database_unreachable_message,
     incident_message,
+    page_link,
+    system_details,
+    system_summary,
 )
 from cronwarden.monitor.metrics import Metrics
-from cronwarden.monitor.notify import DeliveryPolicy, deliver_due
+from cronwarden.monitor.notify import DeliveryPolicy, Lane, deliver_due, lane_of
 from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.monitor.sinks import Http, Sink, failure, ping, send
 from cronwarden.store import heartbeats, incidents, monitor_state, notifications, watch
@@ -77,11 +83,13 @@ class MonitorOptions:
     """Where the "cannot reach the database" alert's state survives a restart (`db_alert`)."""
     unserved_after: float = 3600.0
     """A notification of a sink that no running monitor has is given up on after this long."""
+    status_page_url: str | None = None
+    """Where pages link to (the status page); None: no link."""
 
     @property
     def send_budget(self) -> float:
-        """The one time budget of a pass's sends: the database alert, the ping and every
-        delivery share it, each request also bounded by the send timeout."""
+        """The time budget of a pass's sends: the database alert, the ping and each sink's
+        lane get it side by side, each request also bounded by the send timeout."""
         return max(self.interval, self.delivery.send_timeout)
 
     @property
@@ -103,7 +111,12 @@ def options_from_settings(settings: Settings, *, interval: float) -> MonitorOpti
             retry_base=settings.monitor_retry_base_seconds,
             retry_max=settings.monitor_retry_max_seconds,
             database_timeout=settings.monitor_database_timeout_seconds,
+            concurrency=settings.monitor_sink_concurrency,
+            breaker_failures=settings.monitor_breaker_failures,
+            breaker_cooldown=settings.monitor_breaker_cooldown_seconds,
+            max_body={"webhook": settings.alert_webhook_max_bytes},
         ),
+        status_page_url=settings.status_page_url,
         ping_url=ping_url.get_secret_value() if ping_url is not None else None,
         db_alert_every=settings.monitor_db_alert_every_seconds,
         database_timeout=settings.monitor_database_timeout_seconds,
@@ -144,6 +157,8 @@ class Monitor:
         self.alert = db_alert.AlertStore(options.state_file)
         self._pool: asyncpg.Pool | None = None
         self._targets: list[str] = self.sink_names
+        self.lanes: dict[str, Lane] = {}
+        """Each sink's breaker and body limit, kept from pass to pass."""
 
     def _drop_pool(self) -> None:
         if self._pool is not None:
@@ -185,7 +200,9 @@ class Monitor:
                 self._pool = await create_pool(
                     self.dsn,
                     min_size=1,
-                    max_size=3,
+                    # The pass's own steps, and the claims and marks of the sinks' lanes
+                    # (each a short statement) side by side.
+                    max_size=4,
                     command_timeout=self.options.database_timeout,
                 )
         pool = self._pool
@@ -231,20 +248,28 @@ class Monitor:
         self.metrics.open_incidents = open_now
         self.metrics.last_pass_at = time.time()
         self.metrics.database_up = True
-        # One budget for every send of the pass, so a slow sink delays the next pass by at
-        # most this much and never makes the database look unreachable.
+        # One budget, spent side by side by the database alert, the ping and each sink's lane:
+        # a slow sink delays the next pass by at most this much, costs no other sink anything,
+        # and never makes the database look unreachable.
         deadline = time.monotonic() + self.options.send_budget
-        await self._database_reachable(deadline)
-        await self._ping(deadline)
-        report.delivered = await deliver_due(
-            pool,
-            self.sinks,
-            http=self.http,
-            claimer=self.identity,
-            policy=self.options.delivery,
-            metrics=self.metrics,
-            deadline=deadline,
+        _, _, delivered = await asyncio.gather(
+            self._database_reachable(deadline),
+            self._ping(deadline),
+            deliver_due(
+                pool,
+                self.sinks,
+                http=self.http,
+                claimer=self.identity,
+                policy=self.options.delivery,
+                metrics=self.metrics,
+                deadline=deadline,
+                lanes=self.lanes,
+            ),
+            return_exceptions=True,
         )
+        if isinstance(delivered, BaseException):
+            raise delivered
+        report.delivered = delivered
         log.debug("monitor.pass", **vars(report))
         return report
 
@@ -311,7 +336,12 @@ class Monitor:
             incident_id=incident["id"],
             event=event,
             sinks=sinks,
-            message=incident_message(event, incident, schedules=schedules or []),
+            message=incident_message(
+                event,
+                incident,
+                schedules=schedules or [],
+                link=page_link(self.options.status_page_url, incident["schedule_id"]),
+            ),
         )
 
     async def _open_one(
@@ -407,10 +437,10 @@ class Monitor:
         tx = conn.transaction()
         await tx.start()
         try:
+            # Bounded whatever the outage's size: the first ids and the count. The page lists
+            # the first members and links to the rest (`messages.incident_message`).
             system_id, created = await incidents.open_system(
-                conn,
-                summary=f"{len(problems)} schedules went overdue together: {', '.join(ids)}",
-                details={"schedule_ids": ids},
+                conn, summary=system_summary(ids), details=system_details(ids)
             )
             members = []
             for problem in problems:
@@ -421,7 +451,12 @@ class Monitor:
                 # Every schedule of the plan was opened meanwhile by another replica (each
                 # paged alone) or is fine again: a system page would list nobody.
                 await tx.rollback()
-                log.info("incident.system-not-opened", schedule_ids=ids, reason="no member left")
+                log.info(
+                    "incident.system-not-opened",
+                    schedule_ids=ids[:LISTED],
+                    schedules_total=len(ids),
+                    reason="no member left",
+                )
                 return 0
             if created is not None:
                 listed = [
@@ -436,7 +471,8 @@ class Monitor:
         log.warning(
             "incident.system-opened" if created is not None else "incident.joined-system",
             incident_id=system_id,
-            schedule_ids=[m["schedule_id"] for m in members],
+            schedule_ids=[m["schedule_id"] for m in members[:LISTED]],
+            schedules_total=len(members),
         )
         return len(members) + (1 if created is not None else 0)
 
@@ -515,31 +551,40 @@ class Monitor:
     async def _send_direct(
         self, message: dict[str, Any], state: db_alert.AlertState, *, deadline: float | None = None
     ) -> bool:
-        """Send to every sink; True when at least one took it (or there is none)."""
+        """Send to every sink, side by side; True when at least one took it (or there is none)."""
         if deadline is None:
             deadline = time.monotonic() + self.options.send_budget
-        took = not self.sinks
         opened = int(state.last_trigger_at or 0)
-        for sink in self.sinks.values():
-            try:
-                await send(
-                    self.http,
-                    sink,
-                    message,
-                    # The same for every resend of this alert's trigger or resolve.
-                    delivery_id=(f"{message['dedup_key']}:{opened}:{message['event']}:{sink.name}"),
-                    timeout=self._send_timeout(deadline),
-                )
-            except Exception as exc:
-                self.metrics.notification_failed(sink.name)
-                log.warning(
-                    "notification.direct-failed",
-                    sink=sink.name,
-                    kind=message["kind"],
-                    error=failure(exc),
-                )
-                continue
-            took = True
-            self.metrics.notification_sent(sink.name)
-            log.info("notification.direct-delivered", sink=sink.name, kind=message["kind"])
-        return took
+        took = await asyncio.gather(
+            *(
+                self._send_one_direct(sink, message, opened, deadline)
+                for sink in self.sinks.values()
+            )
+        )
+        return not self.sinks or any(took)
+
+    async def _send_one_direct(
+        self, sink: Sink, message: dict[str, Any], opened: int, deadline: float
+    ) -> bool:
+        try:
+            await send(
+                self.http,
+                sink,
+                message,
+                # The same for every resend of this alert's trigger or resolve.
+                delivery_id=(f"{message['dedup_key']}:{opened}:{message['event']}:{sink.name}"),
+                timeout=self._send_timeout(deadline),
+                limit=lane_of(self.lanes, sink, self.options.delivery).limit,
+            )
+        except Exception as exc:
+            self.metrics.notification_failed(sink.name)
+            log.warning(
+                "notification.direct-failed",
+                sink=sink.name,
+                kind=message["kind"],
+                error=failure(exc),
+            )
+            return False
+        self.metrics.notification_sent(sink.name)
+        log.info("notification.direct-delivered", sink=sink.name, kind=message["kind"])
+        return True

@@ -15,11 +15,12 @@ SELECT $1, $2, sink, $4::jsonb, $5 FROM unnest($3::text[]) AS sink
 ON CONFLICT (incident_id, event, sink) DO NOTHING
 """
 
-# Claim one due row of one of the claimer's own sinks. SKIP LOCKED keeps two replicas from
-# waiting on each other; `claimed_until` keeps a row a replica is sending from being sent by
-# another meanwhile (the send's total deadline is shorter than the claim), and lets a row whose
-# sender died mid-send (claim lapsed, never delivered) be sent again. A replica never claims a
-# row of a sink it does not have: another replica may deliver it.
+# Claim up to `$4` due rows of the claimer's sinks (the delivery claims one sink at a time: each
+# sink has its own queue, so one sink's backlog never orders another's). SKIP LOCKED keeps two
+# replicas from waiting on each other; `claimed_until` keeps a row a replica is sending from
+# being sent by another meanwhile (the send's total deadline is shorter than the claim), and
+# lets a row whose sender died mid-send (claim lapsed, never delivered) be sent again. A replica
+# never claims a row of a sink it does not have: another replica may deliver it.
 #
 # Order is kept per (sink, dedup key), not per incident: a row is claimable only when no earlier
 # row of the same sink and key is still pending. Every incident of a schedule shares its
@@ -27,13 +28,15 @@ ON CONFLICT (incident_id, event, sink) DO NOTHING
 # backed off while the schedule went overdue again, incident 2's trigger would reach PagerDuty
 # first (folded into the open alert), then incident 1's late resolve would close that alert
 # while incident 2 is open, and nobody would be paged. A resolve likewise never overtakes its
-# own trigger. A dead-lettered row is settled: it holds nothing back.
+# own trigger. That holds with many rows claimed at once and many sends in flight: a row being
+# sent is still pending, so the next row of its key is not claimable until it is delivered (or
+# dead). A dead-lettered row is settled: it holds nothing back.
 _CLAIM = """
 UPDATE cronwarden.notifications n
    SET claimed_by = $1,
        claimed_until = now() + make_interval(secs => $2),
        attempts = n.attempts + 1
- WHERE n.id = (
+ WHERE n.id IN (
         SELECT c.id FROM cronwarden.notifications c
          WHERE c.delivered_at IS NULL AND c.dead_at IS NULL AND c.next_attempt_at <= now()
            AND c.sink = ANY($3::text[])
@@ -43,9 +46,9 @@ UPDATE cronwarden.notifications n
                  WHERE e.sink = c.sink AND e.dedup_key = c.dedup_key AND e.id < c.id
                    AND e.delivered_at IS NULL AND e.dead_at IS NULL)
          ORDER BY c.next_attempt_at, c.id
-         LIMIT 1
+         LIMIT $4
            FOR UPDATE SKIP LOCKED)
-RETURNING n.id, n.incident_id, n.event, n.sink, n.message, n.attempts
+RETURNING n.id, n.incident_id, n.event, n.sink, n.message, n.attempts, n.next_attempt_at
 """
 
 # The sinks an incident's trigger was queued for: its resolve must reach each of them, whether
@@ -175,9 +178,19 @@ async def claim_next(
     conn: Any, *, claimer: str, claim_seconds: float, sinks: list[str]
 ) -> Claimed | None:
     """The next due row of one of `sinks`, claimed for `claim_seconds`; None when none is."""
-    row = await conn.fetchrow(_CLAIM, claimer, claim_seconds, sinks)
-    if row is None:
-        return None
+    rows = await conn.fetch(_CLAIM, claimer, claim_seconds, sinks, 1)
+    return _claimed(rows[0]) if rows else None
+
+
+async def claim_due(
+    conn: Any, *, claimer: str, claim_seconds: float, sink: str, limit: int
+) -> list[Claimed]:
+    """Up to `limit` due rows of `sink`, claimed for `claim_seconds`, in claim order."""
+    rows = await conn.fetch(_CLAIM, claimer, claim_seconds, [sink], limit)
+    return [_claimed(r) for r in sorted(rows, key=lambda r: (r["next_attempt_at"], r["id"]))]
+
+
+def _claimed(row: Any) -> Claimed:
     return Claimed(
         id=row["id"],
         incident_id=row["incident_id"],

@@ -1,6 +1,8 @@
 """PagerDuty Events API v2: `trigger` and `resolve` events, grouped by
 `dedup_key = cronwarden:{schedule_id}` so a resolve closes the page its trigger opened, and a
-trigger sent twice (at-least-once delivery) is one PagerDuty incident."""
+trigger sent twice (at-least-once delivery) is one PagerDuty incident. A fleet page's
+`custom_details` name its first schedules and their count; its link is a PagerDuty `links`
+entry."""
 
 from __future__ import annotations
 
@@ -10,11 +12,13 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from cronwarden.monitor.messages import RESOLVE
+from cronwarden.monitor.messages import RESOLVE, cut
 from cronwarden.monitor.sinks import json_body
 
 DEFAULT_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 SUMMARY_LIMIT = 1024  # the Events API refuses longer summaries
+# The Events API v2 takes events of up to 512 KB; stay under it in either reading of "KB".
+MAX_BODY = 512_000
 SEVERITY = {"system": "critical", "monitor-database-unreachable": "critical"}
 
 
@@ -27,12 +31,12 @@ def pagerduty_event(message: Mapping[str, Any], *, routing_key: str) -> dict[str
     }
     if action == "resolve":
         return event
-    summary = str(message["summary"])
-    if len(summary) > SUMMARY_LIMIT:
-        summary = summary[: SUMMARY_LIMIT - 1] + "…"
+    summary = cut(str(message["summary"]), SUMMARY_LIMIT)
     details = dict(message.get("details") or {})
     if message.get("schedules"):
         details["schedules"] = [s["schedule_id"] for s in message["schedules"]]
+    if message.get("schedules_total"):
+        details["schedules_total"] = message["schedules_total"]
     payload: dict[str, Any] = {
         "summary": summary,
         "source": "cronwarden",
@@ -45,6 +49,8 @@ def pagerduty_event(message: Mapping[str, Any], *, routing_key: str) -> dict[str
     if message.get("opened_at"):
         payload["timestamp"] = message["opened_at"]
     event["payload"] = payload
+    if message.get("link"):
+        event["links"] = [{"href": message["link"], "text": "cronwarden status page"}]
     return event
 
 
@@ -53,6 +59,7 @@ class PagerDutySink:
     routing_key: SecretStr
     events_url: str = DEFAULT_EVENTS_URL
     name: str = "pagerduty"
+    max_body: int = MAX_BODY
 
     def url(self) -> str:
         return self.events_url

@@ -1,5 +1,6 @@
-"""Slack incoming webhook: `text` (the notification fallback) plus one mrkdwn section block.
-The webhook URL is a credential: it is held as a secret and never logged."""
+"""Slack incoming webhook: `text` (the notification fallback) plus one mrkdwn section block
+naming the page's schedules as far as the section's limit allows, then how many more and where
+to see them. The webhook URL is a credential: it is held as a secret and never logged."""
 
 from __future__ import annotations
 
@@ -9,26 +10,55 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from cronwarden.monitor.messages import RESOLVE
+from cronwarden.monitor.messages import RESOLVE, cut
 from cronwarden.monitor.sinks import json_body
 
-# Slack truncates a section's text at 3000 characters; stay under it.
+# Slack cuts a section's text at 3,000 characters and a message's `text` at 40,000: both are
+# kept far under, so the body (JSON escapes included) stays under MAX_BODY.
 SECTION_LIMIT = 2900
+TEXT_LIMIT = 2900
+MAX_BODY = 30_000
 
 
 def slack_payload(message: Mapping[str, Any]) -> dict[str, Any]:
     icon = ":white_check_mark:" if message["event"] == RESOLVE else ":rotating_light:"
-    title = f"{icon} cronwarden {message['kind']}: {message['summary']}"
-    lines = [f"*{_escape(title)}*"]
-    for item in message.get("schedules") or []:
-        lines.append(f"• `{_escape(str(item['schedule_id']))}` {_escape(str(item['summary']))}")
-    text = "\n".join(lines)
-    if len(text) > SECTION_LIMIT:
-        text = text[: SECTION_LIMIT - 1] + "…"
+    title = _escape(cut(f"{icon} cronwarden {message['kind']}: {message['summary']}", TEXT_LIMIT))
+    listed = list(message.get("schedules") or [])
+    total = max(int(message.get("schedules_total") or 0), len(listed))
+    head = f"*{cut(title, SECTION_LIMIT // 2)}*"
+    members = [
+        f"• `{_escape(str(item['schedule_id']))}` {_escape(str(item['summary']))}"
+        for item in listed
+    ]
+    # Members fill what the head and the closing lines leave; the ones that do not fit are
+    # counted with the ones the message never listed.
+    room = SECTION_LIMIT - len(head) - 200
+    shown: list[str] = []
+    for line in members:
+        if sum(len(x) + 1 for x in shown) + len(line) + 1 > room:
+            break
+        shown.append(cut(line, room))
+    lines = [head, *shown, *_closing(message, more=total - len(shown))]
     return {
-        "text": _escape(title),
-        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}],
+        "text": title,
+        "blocks": [
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": cut("\n".join(lines), SECTION_LIMIT)},
+            }
+        ],
     }
+
+
+def _closing(message: Mapping[str, Any], *, more: int) -> list[str]:
+    link = message.get("link")
+    target = (
+        f"<{str(link).replace('|', '%7C').replace('>', '%3E')}|the status page>" if link else None
+    )
+    if more > 0:
+        where = target or "`cronwarden status`"
+        return [f"…and {more:,} more: see {where}"]
+    return [f"See {target}."] if target else []
 
 
 def _escape(text: str) -> str:
@@ -40,6 +70,7 @@ def _escape(text: str) -> str:
 class SlackSink:
     target: SecretStr
     name: str = "slack"
+    max_body: int = MAX_BODY
 
     def url(self) -> str:
         return self.target.get_secret_value()

@@ -19,6 +19,7 @@ from cronwarden.monitor.sinks import json_body
 
 SIGNATURE_HEADER = "X-Cronwarden-Signature"
 DELIVERY_HEADER = "X-Cronwarden-Delivery"
+DEFAULT_MAX_BODY = 256 * 1024
 
 
 def signature(secret: str, body: bytes) -> str:
@@ -30,6 +31,8 @@ class WebhookSink:
     target: SecretStr
     secret: SecretStr | None = None
     name: str = "webhook"
+    max_body: int = DEFAULT_MAX_BODY
+    """`CRONWARDEN_ALERT_WEBHOOK_MAX_BYTES`: the receiver's body size limit."""
 
     def url(self) -> str:
         return self.target.get_secret_value()

@@ -171,10 +171,16 @@ def test_healthz_fails_once_no_pass_reached_the_database_for_too_long() -> None:
     assert not Metrics(last_pass_at=time.time() - 61).healthy(max_age=60)
 
 
-@pytest.mark.parametrize("status", [400, 413, 422])
+@pytest.mark.parametrize("status", [400, 422])
 def test_only_a_payload_the_sink_can_never_accept_is_given_up_on(status: int) -> None:
     error = status_error(status)
-    assert error.permanent and not error.misconfigured
+    assert error.permanent and not error.misconfigured and not error.too_large
+
+
+def test_a_body_too_large_is_shortened_never_given_up_on_nor_blamed_on_the_sink() -> None:
+    error = status_error(413)
+    assert error.too_large and not error.permanent and not error.misconfigured
+    assert not error.sink_failed  # the sink answered: its breaker does not count it
 
 
 @pytest.mark.parametrize("status", [401, 403, 404, 410])
