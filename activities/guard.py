@@ -148,7 +148,7 @@ class GuardedRun:
         if isinstance(spec, outbox.CommittedRecord):
             # Replaying a key that is already done must neither fail nor pause anything.
             return self._already_done(inp, spec.args_digest, info.attempt, log)
-        args = self._validate_args(spec, inp, log)
+        args = await self._validate_args(spec, inp, log)
         fire_time = parse_fire_time(inp.fire_time)
         # Same workflow run + activity id = a Temporal retry of this very activity; the attempt
         # number decides between two of them (see store/locks.py).
@@ -488,11 +488,14 @@ class GuardedRun:
             return
         log.warning("schedule.paused-orphan", job=inp.job, note=note)
 
-    def _validate_args(self, spec: JobSpec, inp: GuardedRunInput, log: Any) -> Any:
+    async def _validate_args(self, spec: JobSpec, inp: GuardedRunInput, log: Any) -> Any:
         try:
             return spec.validate_args(inp.args)
         except InvalidArgs as exc:
             log.error("run.invalid-args", error=str(exc))
+            # On the row like any failure: `status`, `describe`, the status page and the overdue
+            # page say why the schedule stopped committing, not just that it did.
+            await self._record_failure(inp, str(exc), log)
             raise ApplicationError(str(exc), type=INVALID_ARGS, non_retryable=True) from exc
 
     def _check_result(self, spec: JobSpec, result: Any, log: Any) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ fencing check, the outbox record and the heartbeat commit with those writes or n
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import inspect
@@ -64,18 +65,54 @@ class JobSpec:
     read_only: bool
     args_model: type[BaseModel] | None
 
-    def validate_args(self, args: Mapping[str, Any]) -> Any:
-        """The args as the job will see them; InvalidArgs names each bad field."""
+    def validate_args(self, args: Mapping[str, Any], *, unknown_keys: bool = True) -> Any:
+        """The args as the job will see them; InvalidArgs names each bad field.
+
+        `unknown_keys=False` (apply's check of a file) also refuses a key the job's model does
+        not declare, unless the model says `extra="allow"` or `extra="ignore"` itself: pydantic
+        drops such a key silently by default, so `tims: 3` for `times` would run with the
+        default. A run (the worker) keeps accepting them, so that a schedule applied before
+        this check does not start failing on upgrade.
+        """
         if self.args_model is None:
             return dict(args)
+        problems = [] if unknown_keys else _undeclared_keys(self.args_model, args)
         try:
-            return self.args_model.model_validate(dict(args))
+            validated = self.args_model.model_validate(dict(args))
         except ValidationError as exc:
-            problems = "; ".join(
+            problems += [
                 f"{'.'.join(str(p) for p in err['loc']) or '(args)'}: {err['msg']}"
                 for err in exc.errors()
-            )
-            raise InvalidArgs(f"args for job '{self.name}' are invalid: {problems}") from exc
+            ]
+            raise InvalidArgs(self._invalid(problems)) from exc
+        if problems:
+            raise InvalidArgs(self._invalid(problems))
+        return validated
+
+    def _invalid(self, problems: list[str]) -> str:
+        return f"args for job '{self.name}' are invalid: {'; '.join(problems)}"
+
+
+def _undeclared_keys(model: type[BaseModel], args: Mapping[str, Any]) -> list[str]:
+    """A problem per key of `args` that `model` neither declares nor says it takes."""
+    if model.model_config.get("extra") in ("allow", "ignore"):
+        return []
+    declared: set[str] = set()
+    for name, info in model.model_fields.items():
+        declared.add(name)
+        if isinstance(info.alias, str):
+            declared.add(info.alias)
+        if isinstance(info.validation_alias, str):
+            declared.add(info.validation_alias)
+    problems = []
+    for key in args:
+        if key in declared:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(declared), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        known = ", ".join(sorted(declared)) or "none"
+        problems.append(f"{key}: not an argument of this job{hint}; it takes: {known}")
+    return problems
 
 
 class InvalidArgs(InvalidInput):
@@ -107,13 +144,23 @@ class JobRegistry:
             return self._jobs[name]
         except KeyError:
             known = ", ".join(sorted(self._jobs)) or "none registered"
-            raise UnknownJob(f"unknown job '{name}' (known: {known})") from None
+            close = difflib.get_close_matches(name, sorted(self._jobs), n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise UnknownJob(f"unknown job '{name}' ({hint}known: {known})") from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._jobs
 
     def names(self) -> list[str]:
         return sorted(self._jobs)
+
+    def from_module(self, module: str) -> list[str]:
+        """The jobs whose function lives in `module` or a module under it."""
+        return sorted(
+            name
+            for name, spec in self._jobs.items()
+            if spec.func.__module__ == module or spec.func.__module__.startswith(f"{module}.")
+        )
 
 
 REGISTRY = JobRegistry()
@@ -145,6 +192,7 @@ def import_job_modules(modules: list[str]) -> JobRegistry:
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     for module in modules:
+        before = len(REGISTRY.names())
         try:
             importlib.import_module(module)
         except Exception as exc:
@@ -154,6 +202,13 @@ def import_job_modules(modules: list[str]) -> JobRegistry:
                 f"cannot import job module '{module}' named in CRONWARDEN_JOBS: "
                 f"{type(exc).__name__}: {exc}{_installed_name_hint(module, exc)}"
             ) from exc
+        # Imported earlier in this process (its jobs registered then), or registering now.
+        if len(REGISTRY.names()) == before and not REGISTRY.from_module(module):
+            raise InvalidInput(
+                f"job module '{module}' named in CRONWARDEN_JOBS imports but registers no job: "
+                "decorate its job functions with @job (from cronwarden import job), or take it "
+                "out of CRONWARDEN_JOBS"
+            )
     return REGISTRY
 
 

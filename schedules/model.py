@@ -530,7 +530,7 @@ def _check_entry(
             "use skip or buffer_one"
         )
     try:
-        spec.validate_args(definition.args)
+        spec.validate_args(definition.args, unknown_keys=False)
     except InvalidArgs as exc:
         problems.append(f"{label}, field 'args': {exc}")
     return (None if problems else definition), problems

@@ -6,7 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from cronwarden.activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
 from cronwarden.errors import InvalidInput, ScheduleFileError
@@ -246,12 +246,41 @@ def test_it_refuses_neither_cron_nor_every(write_file: WriteFile, registry: JobR
     ]
 
 
+def test_an_args_key_the_jobs_model_does_not_declare_is_refused_with_the_closest(
+    write_file: WriteFile,
+) -> None:
+    class Times(BaseModel):
+        times: int = 1
+
+    class Loose(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        times: int = 1
+
+    registry = JobRegistry()
+    for name, model in (("strict", Times), ("loose", Loose)):
+        registry.register(JobSpec(name=name, func=_noop, read_only=False, args_model=model))
+    path = write_file(one_entry("job: strict\nevery: 5m\nargs: {tims: 3}"))
+    assert problems_in(path, registry) == [
+        "schedule 's1' (entry 1), field 'args': args for job 'strict' are invalid: tims: not an "
+        "argument of this job (did you mean 'times'?); it takes: times"
+    ]
+    # A model that takes extras says so itself; a worker running an older file still accepts it.
+    loose = write_file(one_entry("job: loose\nevery: 5m\nargs: {tims: 3}"))
+    assert [d.args for d in load_schedule_file(loose, registry)] == [{"tims": 3}]
+    assert registry.get("strict").validate_args({"tims": 3}).times == 1
+
+
+async def _noop(ctx: JobContext) -> JobResult:
+    return None
+
+
 def test_it_refuses_an_unknown_job_listing_the_known_ones(
     write_file: WriteFile, registry: JobRegistry
 ) -> None:
     path = write_file(one_entry("job: reconcil\nevery: 5m"))
     assert problems_in(path, registry) == [
-        "schedule 's1' (entry 1), field 'job': unknown job 'reconcil' (known: reconcile, report)"
+        "schedule 's1' (entry 1), field 'job': unknown job 'reconcil' (did you mean 'reconcile'? "
+        "known: reconcile, report)"
     ]
 
 
