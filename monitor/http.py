@@ -14,7 +14,7 @@ from aiohttp import web
 
 from cronwarden.logs import get_logger
 from cronwarden.monitor.metrics import Metrics
-from cronwarden.monitor.page import StatusPage
+from cronwarden.monitor.page import SECURITY_HEADERS, StatusPage
 from cronwarden.web import metrics_response, serving
 
 log = get_logger("cronwarden.monitor")
@@ -51,13 +51,14 @@ async def _not_cached(
     try:
         response = await handler(request)
     except web.HTTPMethodNotAllowed:
-        response = web.Response(status=405, text="GET only\n")
+        response = web.Response(status=405, text="GET only\n", headers={"Allow": "GET, HEAD"})
     except web.HTTPNotFound:
         response = web.Response(status=404, text="not found\n")
     # Every answer is the state of one moment: a proxy must not serve it again later. One
     # request per connection, as probers and scrapers make them.
     response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Content-Type-Options"] = "nosniff"
+    # Refusals and errors too: none of them may be framed or sniffed into something else.
+    response.headers.update(SECURITY_HEADERS)
     response.force_close()
     return response
 

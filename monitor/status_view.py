@@ -1,57 +1,56 @@
-"""What the status page shows, read on each request: every schedule's health from Postgres, and
-for the first few its recent fire slots, set against Temporal's own evaluation of the spec.
+"""What the status page shows: every schedule's health from Postgres, problems first, a page at
+a time, and for the schedules on the page their recent fire slots set against the grid Temporal
+evaluated for them.
 
-Postgres alone answers the table (health, last success, next expected, open incident), so the
-page works while Temporal is down, as the monitor does; the timelines then show what the outbox
-and the leases know, and say that missing slots cannot be told. Temporal is asked with a
-deadline and a bound on calls in flight: a page must never hang on it.
+A read here touches Postgres only. What Temporal says (each schedule's nominal grid, its runs
+in flight) comes from `monitor.grids`, filled outside any request; a schedule whose grid is not
+there yet is drawn from what the outbox and the leases know, marked "grid pending". So the page
+answers the same while Temporal is down, as the monitor does, and no connection is ever held
+while waiting on Temporal.
+
+Two reads: `read_ranking` (the heartbeats and open incidents in one snapshot: every schedule's
+health, the order, the counts), shared by every page; `read_page` (one page's timelines: one
+outbox and one lease query in one snapshot).
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
-from temporalio.client import Client
 
 from cronwarden.activities.contract import fire_time_of_key
-from cronwarden.backfill.audit import running_fire_times_of
-from cronwarden.backfill.plan import expected_pages
-from cronwarden.backfill.window import Window
-from cronwarden.logs import get_logger
 from cronwarden.monitor import timeline
-from cronwarden.schedules.bounded import try_bounded
+from cronwarden.monitor.grids import GridCache
 from cronwarden.schedules.health import LATE, OK, OVERDUE, PAUSED, RUNNING, derive_health
-from cronwarden.schedules.inventory import describe_or_none
 from cronwarden.schedules.run_ids import REPLAY_INFIX
 from cronwarden.store import heartbeats, incidents, locks, outbox
-
-log = get_logger("cronwarden.monitor")
 
 INCIDENT = "incident"
 """Health shown for a schedule with an open incident, whatever its heartbeat says."""
 NEVER_SINCE = datetime.min.replace(tzinfo=UTC)
+# Problems first: what an operator opened the page for.
+HEALTH_ORDER = (INCIDENT, OVERDUE, LATE, RUNNING, OK, PAUSED)
+_RANK = {health: i for i, health in enumerate(HEALTH_ORDER)}
 
 
 @dataclass(frozen=True)
 class PageLimits:
-    timelines: int = 50
-    """Schedules whose timeline the overview shows (problems first); the rest link to theirs."""
+    page_size: int = 100
+    """Schedules on one page of the overview, each with its timeline."""
     slots: int = 30
     """Slots in an overview timeline."""
     detail_slots: int = 120
     """Slots on one schedule's own page."""
-    temporal_timeout: float = 5.0
-    """Longest a page waits for Temporal, all its calls together."""
-    temporal_concurrency: int = 8
+    fresh_for: float = 5.0
+    """Seconds one read serves every request that asks for the same page."""
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduleStatus:
     schedule_id: str
     health: str
@@ -62,9 +61,12 @@ class ScheduleStatus:
     paused_reason: str | None
     last_error: str | None
     incident: dict[str, Any] | None
+    digest: str | None = None
+    """The definition digest of the heartbeat row: what a cached grid must match."""
     last_replay_error: str | None = None
     """The last failed `backfill run` replay's error, shown apart from the live `last_error`."""
     last_replay_error_key: str | None = None
+    lease_skip: timeline.LeaseSkip | None = None
     slots: list[timeline.Slot] | None = None
     """None: no timeline read for this schedule on this page."""
     grid_known: bool = False
@@ -76,63 +78,124 @@ class ScheduleStatus:
         return sum(s.state == state for s in self.slots or [])
 
 
-@dataclass
-class StatusView:
+@dataclass(frozen=True)
+class Ranking:
+    """Every schedule's health at one snapshot, problems first."""
+
     now: datetime
     schedules: list[ScheduleStatus]
-    system_incidents: list[dict[str, Any]] = field(default_factory=list)
+    system_incidents: list[dict[str, Any]]
+    counts: dict[str, int]
+    """Schedules per health, in HEALTH_ORDER (healths with none left out)."""
+    index: dict[str, int] = field(default_factory=dict)
+
+    def pages(self, size: int) -> int:
+        return max(1, math.ceil(len(self.schedules) / size))
+
+    def find(self, schedule_id: str) -> ScheduleStatus | None:
+        i = self.index.get(schedule_id)
+        return self.schedules[i] if i is not None else None
+
+
+@dataclass
+class StatusView:
+    ranking: Ranking
+    schedules: list[ScheduleStatus]
+    """The schedules shown: one page of the overview, or the one schedule."""
     temporal_error: str | None = None
-    """Set when Temporal could not be asked: the timelines lack their expected slots."""
+    """Set when Temporal could not be asked lately: grids may be pending or old."""
+    temporal_error_since: datetime | None = None
+    page: int = 1
+    pages: int = 1
+    first: int = 1
+    """The position of the page's first schedule in the whole list, from 1."""
+
+    @property
+    def now(self) -> datetime:
+        return self.ranking.now
+
+    @property
+    def system_incidents(self) -> list[dict[str, Any]]:
+        return self.ranking.system_incidents
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.ranking.counts
+
+    @property
+    def total(self) -> int:
+        return len(self.ranking.schedules)
+
+    @property
+    def pending(self) -> int:
+        return sum(s.slots is not None and not s.grid_known for s in self.schedules)
 
 
-TemporalClient = Callable[[], Awaitable[Client | None]]
-
-
-@dataclass(frozen=True)
-class _Grid:
-    expected: list[datetime] | None
-    running: set[datetime]
-    buffered: int = 0
-    note: str | None = None
-
-
-async def read_status(
-    pool: asyncpg.Pool,
-    temporal: TemporalClient,
-    *,
-    limits: PageLimits,
-    only: str | None = None,
-) -> StatusView:
-    """The overview (`only` None) or one schedule's page (`only` its id; no such schedule:
-    an empty list)."""
+async def read_ranking(pool: asyncpg.Pool, grids: GridCache) -> Ranking:
+    """Every schedule's health, in one REPEATABLE READ snapshot with the database's clock."""
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         now: datetime = await conn.fetchval("SELECT now()")
         beats = await heartbeats.all_rows(conn)
         open_now = await incidents.open_incidents(conn)
-    if only is not None:
-        beats = {only: beats[only]} if only in beats else {}
-    by_schedule = {i["schedule_id"]: i for i in open_now if i["schedule_id"] is not None}
-    schedules = sorted(
-        (_status(beat, by_schedule.get(sid), now) for sid, beat in beats.items()),
-        key=lambda s: (_RANK.get(s.health, len(_RANK)), s.schedule_id),
-    )
-    view = StatusView(
+        by_schedule = {i["schedule_id"]: i for i in open_now if i["schedule_id"] is not None}
+        statuses = [_status(beat, by_schedule.get(sid), now) for sid, beat in beats.items()]
+        del beats
+        late = [s.schedule_id for s in statuses if s.health == LATE]
+        # Few are late at once; one query over all of them, in the same snapshot, so the counts
+        # and the order agree with what each row shows.
+        active = await locks.active_keys(conn, late) if late else []
+    in_flight = {sid for sid, fire in _fire_times(active) if fire <= now}
+    for s in statuses:
+        if s.health == LATE and (
+            s.schedule_id in in_flight or any(t <= now for t in grids.running(s.schedule_id))
+        ):
+            # Past the expected time but within its grace, with a run in flight: not late.
+            s.health = RUNNING
+    statuses.sort(key=lambda s: (_RANK.get(s.health, len(_RANK)), s.schedule_id))
+    counts = {h: 0 for h in HEALTH_ORDER}
+    for s in statuses:
+        counts[s.health] = counts.get(s.health, 0) + 1
+    return Ranking(
         now=now,
-        schedules=schedules,
+        schedules=statuses,
         system_incidents=[i for i in open_now if i["schedule_id"] is None],
+        counts={h: n for h, n in counts.items() if n},
+        index={s.schedule_id: i for i, s in enumerate(statuses)},
     )
-    shown = schedules[: limits.timelines] if only is None else schedules
-    if shown:
-        slot_count = limits.slots if only is None else limits.detail_slots
-        grids, view.temporal_error = await _grids(
-            temporal, pool, shown, now=now, limits=limits, n=slot_count
-        )
-        await _fill_timelines(pool, shown, beats, grids, now=now, n=slot_count)
+
+
+async def read_page(
+    pool: asyncpg.Pool,
+    grids: GridCache,
+    ranking: Ranking,
+    *,
+    page: int,
+    limits: PageLimits,
+) -> StatusView:
+    """Page `page` (from 1, at most `ranking.pages(...)`) of the overview, with timelines."""
+    start = (page - 1) * limits.page_size
+    shown = [replace(s) for s in ranking.schedules[start : start + limits.page_size]]
+    view = _view(ranking, grids, shown)
+    view.page, view.pages, view.first = page, ranking.pages(limits.page_size), start + 1
+    await _fill_timelines(pool, grids, shown, n=limits.slots)
     return view
 
 
-# Problems first: what an operator opened the page for.
-_RANK = {INCIDENT: 0, OVERDUE: 1, LATE: 2, RUNNING: 3, OK: 4, PAUSED: 5}
+async def read_one(
+    pool: asyncpg.Pool, grids: GridCache, ranking: Ranking, schedule_id: str, *, limits: PageLimits
+) -> StatusView | None:
+    """One schedule's page; None: no heartbeat row for it."""
+    found = ranking.find(schedule_id)
+    if found is None:
+        return None
+    shown = [replace(found)]
+    view = _view(ranking, grids, shown)
+    await _fill_timelines(pool, grids, shown, n=limits.detail_slots)
+    return view
+
+
+def _view(ranking: Ranking, grids: GridCache, shown: list[ScheduleStatus]) -> StatusView:
+    return StatusView(ranking, shown, grids.error, grids.error_since)
 
 
 def _status(
@@ -145,6 +208,7 @@ def _status(
         next_expected_at=beat["next_expected_at"],
         grace=beat["grace"],
     )
+    skip_key = beat.get("last_lease_skip_key")
     return ScheduleStatus(
         schedule_id=beat["schedule_id"],
         health=INCIDENT if incident is not None else health,
@@ -155,111 +219,38 @@ def _status(
         paused_reason=beat["paused_reason"],
         last_error=beat["last_error"],
         incident=incident,
+        digest=beat.get("definition_digest"),
         last_replay_error=beat["last_replay_error"],
         last_replay_error_key=beat["last_replay_error_key"],
+        lease_skip=(
+            timeline.LeaseSkip(skip_key, beat.get("last_lease_skip_holder")) if skip_key else None
+        ),
     )
 
 
-async def _grids(
-    temporal: TemporalClient,
-    pool: asyncpg.Pool,
-    shown: Sequence[ScheduleStatus],
-    *,
-    now: datetime,
-    limits: PageLimits,
-    n: int,
-) -> tuple[dict[str, _Grid], str | None]:
-    """Each shown schedule's expected fire times and running fires, from Temporal, all within
-    one deadline: a schedule that is not done by then has no grid (its timeline shows what
-    Postgres knows), and the others keep theirs. Empty, with the reason, when Temporal cannot
-    be reached (the client's own connect timeout and back-off apply)."""
-    client = await temporal()
-    if client is None:
-        return {}, "Temporal is unreachable"
-    deadline = asyncio.get_running_loop().time() + limits.temporal_timeout
-
-    async def one(status: ScheduleStatus) -> _Grid:
-        async with asyncio.timeout_at(deadline):
-            return await _grid(client, pool, status.schedule_id, now=now, n=n)
-
-    outcomes = await try_bounded(one, list(shown), limit=limits.temporal_concurrency)
-    grids = {}
-    error = None
-    for status, outcome in zip(shown, outcomes, strict=True):
-        if outcome.value is not None:
-            grids[status.schedule_id] = outcome.value
-        elif isinstance(outcome.error, TimeoutError) or not outcome.started:
-            error = f"Temporal did not answer within {limits.temporal_timeout:g}s"
-        elif outcome.error is not None:
-            error = f"Temporal failed: {type(outcome.error).__name__}"
-            log.warning(
-                "monitor.status-page-temporal-failed",
-                schedule_id=status.schedule_id,
-                error=f"{type(outcome.error).__name__}: {outcome.error}",
-            )
-    return grids, error
-
-
-async def _grid(
-    client: Client, pool: asyncpg.Pool, schedule_id: str, *, now: datetime, n: int
-) -> _Grid:
-    desc = await describe_or_none(client, schedule_id)
-    if desc is None:
-        return _Grid(expected=None, running=set(), note="the schedule is not in Temporal")
-    info = desc.info
-    running = await running_fire_times_of(client, schedule_id, desc)
-    expected: list[datetime] = []
-    # The spec's rhythm ahead is its rhythm behind, near enough to size a first look back; a
-    # spec with gaps (weekdays only) needs longer looks, each 4 times the last, until `n` slots
-    # are found or the schedule's creation is reached.
-    lookback = _first_lookback(info.next_action_times, n)
-    async with pool.acquire() as conn:
-        while True:
-            window = Window(now - lookback, now).clamped_to(info.created_at)
-            # The same evaluation `backfill plan` makes: each part of the window by the
-            # definition in force then, nominal slots under jitter. Only the last `n` are kept.
-            expected = []
-            async for page in expected_pages(client, conn, schedule_id, window):
-                expected.extend(datetime.fromtimestamp(s, UTC) for s in page)
-                del expected[:-n]
-            if len(expected) >= n or window.start > now - lookback or lookback >= _MAX_LOOKBACK:
-                break
-            lookback = min(lookback * 4, _MAX_LOOKBACK)
-    return _Grid(
-        expected=expected, running=running, buffered=int(desc.raw_description.info.buffer_size)
-    )
-
-
-_MAX_LOOKBACK = timedelta(days=366)
-
-
-def _first_lookback(next_times: Sequence[datetime], n: int) -> timedelta:
-    """`n` slots back at the tightest gap among the next fire times (a day a slot when Temporal
-    lists fewer than two)."""
-    gaps = [b - a for a, b in itertools.pairwise(next_times) if b > a]
-    step = min(gaps) if gaps else timedelta(days=1)
-    return min(step * (n + 1), _MAX_LOOKBACK)
+def _fire_times(active: Sequence[tuple[str, str]]) -> list[tuple[str, datetime]]:
+    found = []
+    for sid, key in active:
+        fire_time = fire_time_of_key(sid, key)
+        if fire_time is not None:
+            found.append((sid, fire_time))
+    return found
 
 
 async def _fill_timelines(
-    pool: asyncpg.Pool,
-    shown: Sequence[ScheduleStatus],
-    beats: Mapping[str, Mapping[str, Any]],
-    grids: Mapping[str, _Grid],
-    *,
-    now: datetime,
-    n: int,
+    pool: asyncpg.Pool, grids: GridCache, shown: Sequence[ScheduleStatus], *, n: int
 ) -> None:
-    since = {}
-    for s in shown:
-        grid = grids.get(s.schedule_id)
-        since[s.schedule_id] = (
-            grid.expected[0] if grid is not None and grid.expected else NEVER_SINCE
-        )
+    if not shown:
+        return
+    grids.want([(s.schedule_id, s.digest) for s in shown])
     ids = [s.schedule_id for s in shown]
     # One snapshot: a run that commits between the two reads would otherwise be in neither (its
-    # commit releases the lease and writes the outbox record in one transaction).
+    # commit releases the lease and writes the outbox record in one transaction). The grids
+    # are looked up with this snapshot's clock, before the outbox is asked from their start.
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        now: datetime = await conn.fetchval("SELECT now()")
+        found = {s.schedule_id: grids.lookup(s.schedule_id, s.digest, now=now, n=n) for s in shown}
+        since = {sid: (g.expected[0] if g.expected else NEVER_SINCE) for sid, g in found.items()}
         # More than the slots: off-grid records (manual triggers) may sit between the grid's.
         rows = await outbox.recent(conn, since, until=now, limit=4 * n)
         active = await locks.active_keys(conn, ids)
@@ -278,31 +269,20 @@ async def _fill_timelines(
             )
         )
     leased: dict[str, set[datetime]] = {sid: set() for sid in ids}
-    for sid, key in active:
-        fire_time = fire_time_of_key(sid, key)
-        if fire_time is not None:
-            leased[sid].add(fire_time)
+    for sid, fire_time in _fire_times(active):
+        leased[sid].add(fire_time)
     for s in shown:
-        grid = grids.get(s.schedule_id)
-        beat = beats[s.schedule_id]
-        skip_key = beat.get("last_lease_skip_key")
-        s.grid_known = grid is not None and grid.expected is not None
-        s.note = grid.note if grid is not None else None
+        grid = found[s.schedule_id]
+        s.grid_known = grid.expected is not None
+        s.note = grid.note
         s.slots = timeline.slots(
             s.schedule_id,
-            expected=grid.expected if grid is not None else None,
+            expected=grid.expected,
             records=records[s.schedule_id],
-            running=leased[s.schedule_id] | (grid.running if grid is not None else set()),
-            lease_skip=(
-                timeline.LeaseSkip(skip_key, beat.get("last_lease_skip_holder"))
-                if skip_key
-                else None
-            ),
+            running=leased[s.schedule_id] | grid.running,
+            lease_skip=s.lease_skip,
             now=now,
             settle=timeline.settle_time(s.grace),
             limit=n,
-            buffered=grid.buffered if grid is not None else 0,
+            buffered=grid.buffered,
         )
-        if s.health == LATE and s.count(timeline.RUNNING):
-            # Past the expected time but within its grace, with a run in flight: it is not late.
-            s.health = RUNNING

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,12 +27,19 @@ from cronwarden.backfill.plan import load_managed
 from cronwarden.backfill.replay import replay_all
 from cronwarden.config import Settings
 from cronwarden.embedded import EmbeddedTemporal, free_port
+from cronwarden.monitor.grids import RefreshPolicy
+from cronwarden.monitor.http import monitor_app, serve_monitor
+from cronwarden.monitor.metrics import Metrics
+from cronwarden.monitor.page import PageAccess, StatusPage
 from cronwarden.monitor.process import run_monitor
+from cronwarden.monitor.status_view import PageLimits
 from cronwarden.schedules.apply import apply_definitions
 from tests.support.browser import CHROMEDRIVER, CHROMIUM, chromium, load, needs_chromium
+from tests.support.holding_proxy import HoldingProxy
 from tests.support.http_probe import http_get_text
 from tests.support.paths import REPO_ROOT
 from tests.support.schedules import definition
+from tests.support.scratch_watch import scratch_ever, scratch_now, settled
 from tests.support.servers import TEST_JOBS, in_process_worker
 from tests.support.waiting import wait_for
 
@@ -38,6 +47,7 @@ pytestmark = pytest.mark.integration
 
 SCREENSHOT = REPO_ROOT / "docs" / "images" / "status-page.png"
 _SLOT = re.compile(r'data-state="([a-z-]+)"\s+data-key="([^"]+)"')
+_ROW = re.compile(r'<tr data-schedule="([^"]+)" data-health="([a-z]+)">')
 
 
 @dataclass
@@ -224,11 +234,20 @@ async def test_the_page_answers_while_temporal_is_unreachable_from_postgres_alon
         ),
     )
     async with monitoring(served):
-        status, html = await http_get_text(served.port, "/", timeout=30)
-    assert status == 200
-    assert 'id="temporal-error"' in html
+        # The first load answers at once from Postgres, its timeline pending; once the
+        # background read of Temporal has failed, the banner says so.
+        status, first = await http_get_text(served.port, "/", timeout=30)
+
+        async def with_banner() -> str:
+            answer, html = await http_get_text(served.port, "/", timeout=30)
+            return html if answer == 200 and 'id="temporal-error"' in html else ""
+
+        html = await wait_for(with_banner, timeout=60, what="the Temporal banner")
+    assert status == 200 and 'data-grid="pending"' in first
     assert f'data-key="{schedule_id}@2026-12-01T00:00:00Z"' in html
     assert 'data-health="incident"' in html or 'data-health="overdue"' in html
+    # Nothing can be called missing without the grid.
+    assert 'data-state="missing"' not in html
 
 
 async def test_with_postgres_unreachable_the_page_says_so_and_the_probes_still_answer(
@@ -258,7 +277,18 @@ async def test_a_token_guards_the_page_but_not_the_metrics(
         basic = base64.b64encode(b"anyone:s3cret-token").decode()
         browser = await _get_with(served.port, "/", f"Basic {basic}")
         wrong = await _get_with(served.port, "/", "Bearer nope")
+        # A credential whose bytes are not UTF-8 is a wrong one, never an error.
+        not_utf8 = [
+            await request(served.port, "/", {"Authorization": value})
+            for value in (
+                b"Bearer \xff\xfe",
+                b"Basic \xff\xfe",
+                b"Basic " + base64.b64encode(b"me:\xff\xfe"),
+                b"\xc3\x28 x",
+            )
+        ]
     assert (bearer, browser, wrong) == (200, 200, 401)
+    assert [a.status for a in not_utf8] == [401] * 4
 
 
 async def test_a_page_turned_off_is_not_served(
@@ -273,16 +303,38 @@ async def test_a_page_turned_off_is_not_served(
 
 
 async def _get_with(port: int, path: str, authorization: str) -> int:
+    return (await request(port, path, {"Authorization": authorization})).status
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+async def request(
+    port: int, path: str, headers: Mapping[str, str | bytes] | None = None, *, method: str = "GET"
+) -> Answer:
+    """One request with exactly these headers (values may be raw bytes, UTF-8 or not)."""
+    lines = [f"{method} {path} HTTP/1.1".encode(), f"Host: 127.0.0.1:{port}".encode()]
+    for name, value in (headers or {}).items():
+        lines.append(
+            name.encode() + b": " + (value if isinstance(value, bytes) else value.encode())
+        )
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(
-        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: {authorization}\r\n"
-        "Connection: close\r\n\r\n".encode()
-    )
+    writer.write(b"\r\n".join([*lines, b"Connection: close", b"", b""]))
     await writer.drain()
     raw = await reader.read()
     writer.close()
     await writer.wait_closed()
-    return int(raw.split()[1])
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    parsed = {}
+    for line in header_lines:
+        name, _, value = line.partition(":")
+        parsed[name.strip().lower()] = value.strip()
+    return Answer(int(status_line.split()[1]), parsed, body)
 
 
 async def test_what_a_run_or_an_incident_says_is_shown_as_text_never_as_markup(
@@ -314,3 +366,220 @@ async def test_the_browser_check_runs_here() -> None:
     """The outage test above checks the page in Chromium only where both programs exist; this
     test makes their absence visible as a skip instead of a silent pass."""
     assert CHROMIUM is not None and CHROMEDRIVER is not None
+
+
+async def test_forty_concurrent_page_loads_create_no_schedule_in_temporal(
+    client: Client, pool: asyncpg.Pool, task_queue: str, served: Served
+) -> None:
+    # Jittered schedules: their nominal grids need a scratch copy each (Temporal lists only
+    # jittered times). The copies are made once, by the page's background task.
+    tag = uuid.uuid4().hex[:6]
+    ids = [f"jittered-{tag}-{i}" for i in range(3)]
+    defns = [definition(sid, every="1m", jitter="20s", heartbeat_grace="5m") for sid in ids]
+    await apply_definitions(client, pool, defns, task_queue=task_queue)
+    try:
+
+        async def grids_known() -> bool:
+            status, html = await http_get_text(served.port, "/")
+            return status == 200 and all(
+                f'data-schedule="{sid}" data-grid="known"' in html for sid in ids
+            )
+
+        await wait_for(grids_known, timeout=60, what="the grids read in the background")
+        await settled(client)
+        before = await scratch_ever(client)
+        seen_during: set[str] = set()
+        loads_done = asyncio.Event()
+
+        async def watch() -> None:
+            while not loads_done.is_set():
+                seen_during.update(await scratch_now(client))
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch())
+        paths = ["/", "/?page=1", *(f"/schedules/{sid}" for sid in ids)]
+        answers = await asyncio.gather(
+            *(http_get_text(served.port, paths[i % len(paths)], timeout=60) for i in range(40))
+        )
+        loads_done.set()
+        await watcher
+        await settled(client)
+        after = await scratch_ever(client)
+    finally:
+        for sid in ids:
+            await client.get_schedule_handle(sid).delete()
+    assert [status for status, _ in answers] == [200] * 40
+    assert seen_during == set()
+    assert after - before == set(), "a page load created scratch schedules"
+    assert await scratch_now(client) == set()
+
+
+async def test_concurrent_loads_share_one_read_and_answer_while_temporal_is_mid_evaluation(
+    client: Client,
+    pool: asyncpg.Pool,
+    database: str,
+    temporal_server: EmbeddedTemporal,
+    task_queue: str,
+    schedule_id: str,
+) -> None:
+    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
+    # Temporal reached through a proxy that holds its answers: the background round that the
+    # first load starts is stuck inside its evaluation while the loads are served.
+    proxy = HoldingProxy(temporal_server.host, temporal_server.port)
+    await proxy.start()
+    held = await Client.connect(proxy.address)
+
+    async def temporal() -> Client:
+        return held
+
+    page = StatusPage(
+        database,
+        temporal,
+        access=PageAccess("local"),
+        links=None,
+        limits=PageLimits(fresh_for=600),
+        refresh=RefreshPolicy(period=0.1, round_timeout=120),
+    )
+    app = monitor_app(Metrics(), healthy=lambda: True, page=page)
+    port = free_port()
+    try:
+        proxy.hold()
+        async with serve_monitor(app, host="127.0.0.1", port=port):
+            # The first loads, all at once: one read serves them, and they wake the background
+            # task, whose round then waits on Temporal.
+            answers = await asyncio.gather(*(request(port, "/") for _ in range(20)))
+            reads = page.reads
+
+            async def mid_evaluation() -> bool:
+                return page.refresher.in_round
+
+            await wait_for(mid_evaluation, timeout=30, what="a background round in flight")
+            page.forget_answers()
+            during = await request(port, f"/schedules/{schedule_id}")
+            proxy.release()
+
+            async def known() -> bool:
+                page.forget_answers()
+                answer = await request(port, f"/schedules/{schedule_id}")
+                return b'data-grid="known"' in answer.body
+
+            await wait_for(known, timeout=60, what="the grid once Temporal answers")
+        await page.close()
+    finally:
+        await proxy.stop()
+        await client.get_schedule_handle(schedule_id).delete()
+    assert [a.status for a in answers] == [200] * 20
+    assert all(b'data-grid="pending"' in a.body for a in answers)
+    assert reads == 1, "concurrent loads made more than one read"
+    assert during.status == 200 and b'data-grid="pending"' in during.body
+
+
+async def test_the_overview_shows_problems_first_a_page_at_a_time_with_counts(
+    pool: asyncpg.Pool, served: Served
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    # 240 healthy schedules whose ids sort first, then 10 overdue ones whose ids sort last:
+    # by id alone the problems would be on page 3.
+    await pool.execute(
+        "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, grace)"
+        " SELECT CASE WHEN i <= 240 THEN 'a-' || $1 || '-' || lpad(i::text, 3, '0')"
+        "             ELSE 'z-' || $1 || '-' || i END,"
+        "        CASE WHEN i <= 240 THEN now() + interval '1 hour'"
+        "             ELSE now() - interval '1 hour' END,"
+        "        interval '1 minute'"
+        "   FROM generate_series(1, 250) AS i",
+        tag,
+    )
+    _, first = await http_get_text(served.port, "/")
+    _, third = await http_get_text(served.port, "/?page=3")
+    rows_first = _ROW.findall(first)
+    rows_third = _ROW.findall(third)
+    assert len(rows_first) == 100 and len(rows_third) == 50
+    assert [h for _, h in rows_first[:10]] == ["overdue"] * 10
+    assert all(sid.startswith("z-") for sid, _ in rows_first[:10])
+    assert all(h == "ok" for _, h in rows_first[10:] + rows_third)
+    assert 'data-health-count="overdue">10 overdue' in first
+    assert 'data-health-count="ok">240 ok' in first
+    assert "page 1 of 3" in first and 'href="?page=2"' in first
+    assert "page 3 of 3" in third and 'href="?page=2"' in third
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [
+        ("?page=4", 404),
+        ("?page=99999999999999999999", 404),
+        ("?page=" + "9" * 5000, 400),
+        ("?page=0", 400),
+        ("?page=-1", 400),
+        ("?page=1.5", 400),
+        ("?page=%EF%BC%92", 400),  # a fullwidth digit two, which int() would take
+        ("?page=%202", 400),
+        ("?page=1&page=2", 400),
+        ("?page=", 400),
+        ("?page=2", 200),
+        ("?other=x", 200),
+    ],
+)
+async def test_a_page_number_that_names_no_page_is_refused_never_an_error(
+    pool: asyncpg.Pool, served: Served, query: str, status: int
+) -> None:
+    await pool.execute(
+        "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at)"
+        " SELECT 'many-' || i, now() + interval '1 hour' FROM generate_series(1, 150) AS i"
+    )
+    answer = await request(served.port, f"/{query}")
+    assert answer.status == status, answer.body
+
+
+async def test_every_answer_forbids_framing_and_foreign_content(served: Served) -> None:
+    answer = await request(served.port, "/")
+    refused = await request(served.port, "/", {"Sec-Fetch-Site": "cross-site"})
+    for a in (answer, refused):
+        policy = a.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
+        assert "script-src" not in policy and "unsafe-inline" not in policy
+        assert a.headers["referrer-policy"] == "no-referrer"
+        assert a.headers["x-content-type-options"] == "nosniff"
+    assert answer.status == 200
+    # The one inline style is the one the policy's hash allows.
+    style = re.search(rb"<style>(.*?)</style>", answer.body, re.S)
+    assert style is not None
+    digest = base64.b64encode(hashlib.sha256(style.group(1)).digest()).decode()
+    assert f"style-src 'sha256-{digest}'" in answer.headers["content-security-policy"]
+    assert b"<script" not in answer.body
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}, 403),
+        ({"Origin": "http://attacker.example"}, 403),
+        ({"Origin": "null"}, 403),
+        ({"Origin": "http://127.0.0.1:1"}, 403),
+        ({"Sec-Fetch-Site": "same-origin"}, 200),
+        ({"Sec-Fetch-Site": "none"}, 200),
+    ],
+)
+async def test_a_cross_site_request_is_refused(
+    served: Served, headers: dict[str, str | bytes], status: int
+) -> None:
+    assert (await request(served.port, "/", headers)).status == status
+    detail = await request(served.port, "/schedules/no-such-schedule", headers)
+    assert detail.status == (404 if status == 200 else status)
+
+
+async def test_a_request_from_the_pages_own_origin_is_answered(served: Served) -> None:
+    own = {"Origin": f"http://127.0.0.1:{served.port}"}
+    assert (await request(served.port, "/", own)).status == 200
+
+
+async def test_head_answers_like_get_and_other_methods_are_refused(served: Served) -> None:
+    head = await request(served.port, "/", method="HEAD")
+    assert head.status == 200 and head.body == b""
+    for method in ("POST", "OPTIONS", "PUT", "DELETE"):
+        refused = await request(served.port, "/", method=method)
+        assert refused.status == 405, method
+        assert refused.headers["allow"] == "GET, HEAD"
+        assert "frame-ancestors 'none'" in refused.headers["content-security-policy"]

@@ -8,9 +8,10 @@ from unittest import mock
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
+from multidict import MultiDict
 
 from cronwarden.monitor import timeline
-from cronwarden.monitor.page import PageAccess, StatusPage, TemporalLinks
+from cronwarden.monitor.page import PageAccess, StatusPage, TemporalLinks, clip, page_number
 
 
 def request_from(
@@ -107,3 +108,78 @@ def test_slots_link_to_their_run_or_to_the_schedule_in_temporals_ui() -> None:
     assert links.slot("nightly", missing) == (
         "http://ui.example:8233/namespaces/prod%20ns/schedules/nightly"
     )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec_Fetch_Site": "cross-site"},
+        {"Sec_Fetch_Site": "CROSS-SITE"},
+        {"Origin": "http://attacker.example"},
+        {"Origin": "http://127.0.0.1:9999"},
+        {"Origin": "null"},
+        {"Origin": "http://[::1"},
+    ],
+)
+def test_a_cross_site_request_is_refused_in_every_access_mode(headers: dict[str, str]) -> None:
+    for who in ("local", "any"):
+        refused = page(who)._allowed(request_from("127.0.0.1", **headers))  # type: ignore[arg-type]
+        assert refused is not None and refused.status == 403, (who, headers)
+        assert "cross-site" in (refused.text or "")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec_Fetch_Site": "same-origin"},
+        {"Sec_Fetch_Site": "none"},
+        {"Origin": "http://127.0.0.1:8234"},
+        {"Origin": "HTTP://127.0.0.1:8234"},
+    ],
+)
+def test_a_request_from_the_page_itself_or_typed_in_is_answered(headers: dict[str, str]) -> None:
+    assert page()._allowed(request_from("127.0.0.1", **headers)) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        "Basic " + base64.b64encode(b"me:\xff\xfe").decode(),
+        "Basic ÿÿ",
+    ],
+)
+def test_a_credential_that_is_not_utf8_is_refused_not_an_error(authorization: str) -> None:
+    refused = page("any", token="t0ken")._allowed(request_from("127.0.0.1", authorization))  # type: ignore[arg-type]
+    assert refused is not None and refused.status == 401
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({}, 1),
+        ({"page": "3"}, 3),
+        ({"page": "007"}, 7),
+        ({"page": "99999999999999999999"}, 99999999999999999999),
+        ({"page": "0"}, 400),
+        ({"page": "-1"}, 400),
+        ({"page": "+2"}, 400),
+        ({"page": " 2"}, 400),
+        ({"page": "\uff12"}, 400),  # a fullwidth two, which int() takes
+        ({"page": "9" * 31}, 400),
+        ({"page": ""}, 400),
+    ],
+)
+def test_a_page_number_is_ascii_digits_from_one(query: dict[str, str], expected: int) -> None:
+    found = page_number(MultiDict(query))
+    assert (found if isinstance(found, int) else found.status) == expected
+
+
+def test_a_page_named_twice_is_refused() -> None:
+    found = page_number(MultiDict([("page", "1"), ("page", "2")]))
+    assert not isinstance(found, int) and found.status == 400
+
+
+def test_long_texts_are_clipped_with_their_length() -> None:
+    assert clip("short") == "short"
+    clipped = clip("x" * 1000, 10)
+    assert clipped.startswith("x" * 10 + "…") and "1,000 characters" in clipped
