@@ -34,6 +34,7 @@ MODULES = (
     "guard_overhead",
     "backfill_plan",
     "monitor_scan",
+    "paging",
     "status_page",
     "apply_scale",
     "fire_lag",

@@ -252,9 +252,8 @@ class Monitor:
         # a slow sink delays the next pass by at most this much, costs no other sink anything,
         # and never makes the database look unreachable.
         deadline = time.monotonic() + self.options.send_budget
-        _, _, delivered = await asyncio.gather(
-            self._database_reachable(deadline),
-            self._ping(deadline),
+        # Each ends by itself (bounded by the deadline); an error is raised once all have.
+        results = await asyncio.gather(
             deliver_due(
                 pool,
                 self.sinks,
@@ -265,10 +264,15 @@ class Monitor:
                 deadline=deadline,
                 lanes=self.lanes,
             ),
+            self._database_reachable(deadline),
+            self._ping(deadline),
             return_exceptions=True,
         )
-        if isinstance(delivered, BaseException):
-            raise delivered
+        delivered = results[0]
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        assert isinstance(delivered, int)
         report.delivered = delivered
         log.debug("monitor.pass", **vars(report))
         return report
