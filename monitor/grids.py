@@ -46,6 +46,11 @@ PENDING_NOTE = "grid pending"
 """A timeline whose expected fire times are not read yet: what the outbox and leases know."""
 _MAX_LOOKBACK = timedelta(days=366)
 _MIN_AHEAD = timedelta(minutes=10)
+_MAX_AHEAD = timedelta(days=1)
+_SWEEP_TIMEOUT = 60.0
+_AHEAD_SLOTS = 4
+"""A grid keeps at most this many times `slots` past its computation (8 hours of a minutely
+spec): enough to serve pages for a while, small enough to keep two thousand grids."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +290,8 @@ class GridRefresher:
             client = await self._temporal()
             if client is not None:
                 try:
-                    async with asyncio.timeout(self.policy.round_timeout):
+                    # Its own bound: listing ten thousand schedules takes a few pages.
+                    async with asyncio.timeout(_SWEEP_TIMEOUT):
                         await sweep_scratch(client, now=datetime.now(UTC))
                 except Exception as exc:  # the next sweep tries again
                     log.warning(
@@ -327,7 +333,7 @@ class GridRefresher:
                 if failure is not None:
                     error = f"Temporal failed: {type(failure).__name__}"
                     log.warning(
-                        "monitor.status-grids-temporal-failed",
+                        "monitor.status-page-temporal-failed",
                         error=f"{type(failure).__name__}: {failure}",
                     )
             except TimeoutError:
@@ -371,7 +377,7 @@ class GridRefresher:
         now = now.replace(microsecond=0)
         n = self.policy.slots
         lookback = first_lookback(info.next_action_times, n)
-        ahead = max(lookback, _MIN_AHEAD)
+        ahead = min(max(lookback, _MIN_AHEAD), _MAX_AHEAD)
         cut = int(now.timestamp())
         try:
             while True:
@@ -389,10 +395,14 @@ class GridRefresher:
                 lookback = min(lookback * 4, _MAX_LOOKBACK)
         except ScratchBudgetSpent:
             return None
-        keep = [s for s in seconds if s <= cut][-n:] + [s for s in seconds if s > cut]
-        self.cache.put(
-            schedule_id, live=live, grid=Grid(digest, array("q", keep), covers_until=window.end)
-        )
+        future = [s for s in seconds if s > cut]
+        covers_until = window.end
+        if len(future) > _AHEAD_SLOTS * n:
+            # Every time up to the last one kept is known; past it, nothing is.
+            future = future[: _AHEAD_SLOTS * n]
+            covers_until = datetime.fromtimestamp(future[-1], UTC)
+        keep = array("q", [s for s in seconds if s <= cut][-n:] + future)
+        self.cache.put(schedule_id, live=live, grid=Grid(digest, keep, covers_until=covers_until))
         return True
 
 
