@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from cronwarden.backfill.audit import running_fire_times_of
 from cronwarden.backfill.plan import expected_pages
@@ -331,7 +332,10 @@ class GridRefresher:
                     outcomes = await try_bounded(one, due, limit=self.policy.concurrency)
                 failure = next((o.error for o in outcomes if o.error is not None), None)
                 if failure is not None:
-                    error = f"Temporal failed: {type(failure).__name__}"
+                    # An RPC error is Temporal's; anything else (Postgres, for the definition
+                    # history) is named as what it is.
+                    source = "Temporal failed" if isinstance(failure, RPCError) else "failed"
+                    error = f"reading the grids {source}: {type(failure).__name__}"
                     log.warning(
                         "monitor.status-page-temporal-failed",
                         error=f"{type(failure).__name__}: {failure}",

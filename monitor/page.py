@@ -126,6 +126,13 @@ def clip(text: object, limit: int = 300) -> str:
     return value if len(value) <= limit else f"{value[:limit]}… ({len(value):,} characters)"
 
 
+def echoed(text: str, limit: int = 100) -> str:
+    """What a client sent, quoted back in a plain-text refusal: cut, and escaped to ASCII, so
+    bytes that were not UTF-8 (kept by the parser as lone surrogates) or control characters
+    can neither break the answer nor reach a terminal as themselves."""
+    return clip(ascii(text), limit)
+
+
 def _style_hash(env: Environment) -> str:
     """The CSP source that allows the page's one inline style: the hash of the style element's
     text exactly as rendered (templates/style.html)."""
@@ -174,7 +181,8 @@ class StatusPage:
         self._access = access
         self._links = links
         self._limits = limits or PageLimits()
-        self.grids = GridCache(refresh)
+        # A grid holds the slots of the longest timeline: a schedule's own page.
+        self.grids = GridCache(refresh or RefreshPolicy(slots=self._limits.detail_slots))
         self.refresher = GridRefresher(self.grids, temporal, self._open_pool)
         self._refreshing: asyncio.Task[None] | None = None
         fresh_for = self._limits.fresh_for
@@ -205,6 +213,7 @@ class StatusPage:
 
     async def _start_refreshing(self, app: web.Application) -> None:
         self._refreshing = asyncio.create_task(self.refresher.run(), name="status-page-grids")
+        self._refreshing.add_done_callback(_ended)
 
     async def _stop_refreshing(self, app: web.Application | None = None) -> None:
         task, self._refreshing = self._refreshing, None
@@ -288,7 +297,7 @@ class StatusPage:
             if page > pages:
                 return web.Response(
                     status=404,
-                    text=f"no page {page}: the overview has {pages} (?page=1 to {pages})\n",
+                    text=f"no page {page}: the overview has pages 1 to {pages}\n",
                 )
 
             async def body() -> bytes:
@@ -308,7 +317,7 @@ class StatusPage:
         async def make(pool: asyncpg.Pool, ranking: Ranking) -> web.Response:
             if ranking.find(schedule_id) is None:
                 return web.Response(
-                    status=404, text=f"no schedule '{clip(schedule_id, 100)}' in the heartbeats\n"
+                    status=404, text=f"no schedule {echoed(schedule_id)} in the heartbeats\n"
                 )
 
             async def body() -> bytes:
@@ -342,6 +351,16 @@ def render(template: str, *, links: TemporalLinks | None, **context: Any) -> byt
         legend=LEGEND, refresh_seconds=REFRESH_SECONDS, link=slot_link, **context
     )
     return html.encode()
+
+
+def _ended(task: asyncio.Task[None]) -> None:
+    # The task ends only when cancelled at shutdown; anything else leaves every grid pending
+    # from then on, which must be loud.
+    if not task.cancelled() and task.exception() is not None:
+        log.error(
+            "monitor.status-grids-stopped",
+            error=f"{type(task.exception()).__name__}: {task.exception()}",
+        )
 
 
 def _html(body: bytes) -> web.Response:
@@ -412,7 +431,7 @@ def _cross_site(request: web.Request) -> str | None:
         return "Sec-Fetch-Site: cross-site"
     origin = request.headers.get("Origin")
     if origin is not None and not _same_origin(origin, request.host or ""):
-        return f"Origin {clip(origin, 100)}"
+        return f"Origin {echoed(origin)}"
     return None
 
 

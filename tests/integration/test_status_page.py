@@ -359,6 +359,8 @@ async def test_what_a_run_or_an_incident_says_is_shown_as_text_never_as_markup(
     assert replay_error not in detail and "&lt;b&gt;a replay failed&lt;/b&gt;" in detail
     assert "Last replay error (<code>k@2026-01-05T09:30:00Z</code>" in detail
     assert (await http_get_text(served.port, "/schedules/no-such-schedule"))[0] == 404
+    for hostile in ("%FF%FE", "%00", "a" * 7000, "..%2F..%2Fetc"):
+        assert (await request(served.port, f"/schedules/{hostile}")).status == 404, hostile
 
 
 @needs_chromium
@@ -558,6 +560,7 @@ async def test_every_answer_forbids_framing_and_foreign_content(served: Served) 
         ({"Origin": "http://attacker.example"}, 403),
         ({"Origin": "null"}, 403),
         ({"Origin": "http://127.0.0.1:1"}, 403),
+        ({"Origin": b"http://\xff\xfe.example"}, 403),  # not UTF-8: refused, never an error
         ({"Sec-Fetch-Site": "same-origin"}, 200),
         ({"Sec-Fetch-Site": "none"}, 200),
     ],
