@@ -97,3 +97,19 @@ async def recent(
         return []
     ids, starts = zip(*since.items(), strict=True)
     return [dict(r) for r in await conn.fetch(_RECENT, list(ids), list(starts), limit, until)]
+
+
+# The latest fire the schedule id committed before `before` (any time, with None): the last
+# evidence of a life whose end was never recorded (backfill/plan.py `effective_history`).
+_LAST_FIRE_BEFORE = """
+SELECT max(fire_time) FROM cronwarden.outbox
+ WHERE schedule_id = $1 AND ($2::timestamptz IS NULL OR fire_time < $2)
+"""
+
+
+async def last_fire_time(
+    conn: Any, schedule_id: str, *, before: datetime | None
+) -> datetime | None:
+    """The latest committed fire time of the schedule id, before `before` if given."""
+    last: datetime | None = await conn.fetchval(_LAST_FIRE_BEFORE, schedule_id, before)
+    return last
