@@ -1,16 +1,24 @@
 """`schedules apply`: create-or-update each schedule of a file, idempotently.
 
 Validation happened before we get here (a file with any bad entry never reaches Temporal).
-A second apply of the same file makes no write to Temporal: the definition digest stored in the
-schedule's action memo is compared first.
+A second apply of the same file makes no write to Temporal, and costs one read of Temporal's
+schedule list: a schedule is unchanged, without a describe, when the list shows it as ours with
+the spec and workflow type recorded at its last apply, and Postgres records that it holds the
+file's definition (`_unchanged_by_list`). Every other schedule is described and its action
+memo's digest compared, as `--verify` does for all of them.
+
+A file applied before and superseded since by another is refused unless forced
+(`store/applied.py`): an old release's apply run again must not undo a newer one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +38,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from cronwarden.activities.contract import DIGEST_MEMO
 from cronwarden.errors import CronwardenError, InvalidInput
 from cronwarden.logs import get_logger
+from cronwarden.schedules import schedule_list
 from cronwarden.schedules.bounded import Outcome, map_bounded, try_bounded
 from cronwarden.schedules.duplicates import duplicates_of_existing
 from cronwarden.schedules.inventory import (
@@ -41,7 +50,6 @@ from cronwarden.schedules.inventory import (
     describe_or_none,
     is_managed,
     is_managed_or_refuse,
-    schedule_ids,
     view,
 )
 from cronwarden.schedules.lives import delete_schedule
@@ -54,9 +62,10 @@ from cronwarden.schedules.mapping import (
 )
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.preview import next_fire_times
+from cronwarden.schedules.schedule_list import Listed, described_listed_digest
+from cronwarden.store import applied, heartbeats
 from cronwarden.store import definitions as definition_history
-from cronwarden.store import heartbeats
-from cronwarden.times import utc_text_or_none
+from cronwarden.times import utc_text, utc_text_or_none
 
 log = get_logger("cronwarden.schedules")
 
@@ -98,6 +107,10 @@ class ScheduleBusy(CronwardenError):
     """Every update attempt met a concurrent change of the schedule."""
 
 
+class SupersededFile(InvalidInput):
+    """The file was applied before and another file was applied after it."""
+
+
 class DuplicateSchedules(InvalidInput):
     """New schedules that would run the same job on the same trigger with the same args as
     schedules already in Temporal."""
@@ -125,8 +138,23 @@ def _changed_fields(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [k for k in keys if old.get(k) != new.get(k)]
 
 
+# The changed field an update names when only the spec Temporal holds differs from the one
+# recorded at the last apply: an edit outside cronwarden that kept the memo.
+EDITED_OUTSIDE = "spec edited outside cronwarden"
+
+
+def _edited_outside(desc: ScheduleDescription, expected_listed: str | None) -> bool:
+    """Whether Temporal holds another spec or workflow type than the last apply saw, for the
+    same definition (`expected_listed`: its listed digest then; None when not recorded)."""
+    return expected_listed is not None and described_listed_digest(desc) != expected_listed
+
+
 async def plan_one(
-    client: Client, defn: ScheduleDefinition, *, task_queue: str
+    client: Client,
+    defn: ScheduleDefinition,
+    *,
+    task_queue: str,
+    expected_listed: str | None = None,
 ) -> tuple[Change, ScheduleDescription | None]:
     desc = await describe_or_none(client, defn.id)
     if desc is None:
@@ -138,6 +166,9 @@ async def plan_one(
         )
     memo = await action_memo(client, desc)
     if memo.get(DIGEST_MEMO) == definition_digest(defn, task_queue=task_queue):
+        if _edited_outside(desc, expected_listed):
+            # The memo still names the file's definition, the spec is not the one it wrote.
+            return Change(defn.id, UPDATED, [EDITED_OUTSIDE]), desc
         return Change(defn.id, UNCHANGED), desc
     old = memo.get(DEFINITION_MEMO)
     fields = _changed_fields(
@@ -152,7 +183,12 @@ async def plan_one(
 
 
 def _updater(
-    client: Client, defn: ScheduleDefinition, schedule: Schedule, *, task_queue: str
+    client: Client,
+    defn: ScheduleDefinition,
+    schedule: Schedule,
+    *,
+    task_queue: str,
+    expected_listed: str | None = None,
 ) -> Callable[[ScheduleUpdateInput], Awaitable[ScheduleUpdate | None]]:
     digest = definition_digest(defn, task_queue=task_queue)
 
@@ -165,7 +201,9 @@ def _updater(
                 f"schedule '{defn.id}' exists in Temporal but was not created by cronwarden; "
                 "it is left alone"
             )
-        if (await action_memo(client, current)).get(DIGEST_MEMO) == digest:
+        if (await action_memo(client, current)).get(DIGEST_MEMO) == digest and not _edited_outside(
+            current, expected_listed
+        ):
             return None
         # Keep the live state: re-applying a file must not undo an operator's pause.
         schedule.state = current.schedule.state
@@ -195,13 +233,20 @@ async def send_update(client: Client, desc: ScheduleDescription, schedule: Sched
 
 
 async def _update(
-    client: Client, defn: ScheduleDefinition, schedule: Schedule, *, task_queue: str
+    client: Client,
+    defn: ScheduleDefinition,
+    schedule: Schedule,
+    *,
+    task_queue: str,
+    expected_listed: str | None = None,
 ) -> ScheduleDescription:
     """Update until Temporal holds our definition, each attempt against a fresh description;
     returns the description that shows it held (the apply's record reads Temporal's time and
     next fire from it, with no describe of its own)."""
     handle = client.get_schedule_handle(defn.id)
-    decide = _updater(client, defn, schedule, task_queue=task_queue)
+    decide = _updater(
+        client, defn, schedule, task_queue=task_queue, expected_listed=expected_listed
+    )
     digest = definition_digest(defn, task_queue=task_queue)
     for _ in range(UPDATE_ATTEMPTS):
         desc = await handle.describe()
@@ -226,6 +271,14 @@ async def _update(
     )
 
 
+def file_digest(definitions: list[ScheduleDefinition], *, task_queue: str) -> str:
+    """The digest of a schedule file as applied: over its definitions' digests (which include
+    the task queue and the mapping version), in no order. A comment, a reordering or another
+    spelling of the same durations is the same file."""
+    digests = sorted(definition_digest(d, task_queue=task_queue) for d in definitions)
+    return hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+
 async def apply_definitions(
     client: Client,
     pool: asyncpg.Pool | None,
@@ -234,111 +287,220 @@ async def apply_definitions(
     task_queue: str,
     dry_run: bool = False,
     prune: bool = False,
+    verify: bool = False,
+    release: bool = False,
+    force: bool = False,
 ) -> list[Change]:
-    # Described concurrently (bounded): one by one, a file of a thousand schedules spent
-    # seconds on round trips even when nothing had changed.
-    plans = await map_bounded(
-        lambda defn: plan_one(client, defn, task_queue=task_queue),
-        definitions,
-        limit=DESCRIBE_CONCURRENCY,
-    )
-    planned = [(defn, *plan) for defn, plan in zip(definitions, plans, strict=True)]
-    _mark_finished(planned, now=datetime.now(UTC))
-    # New schedules, and updates that change what runs when: either may now duplicate a
-    # schedule already in Temporal. (An update of other fields keeps what it was.)
-    guarded = [
-        defn
-        for defn, change, _ in planned
-        if change.action == CREATED
-        or (change.action == UPDATED and set(change.changed_fields) & _DUPLICATE_FIELDS)
-    ]
-    others: list[ScheduleView] = []
-    if prune or guarded:
-        others = await _managed_outside_file(client, definitions, task_queue=task_queue)
-    if guarded and not prune:
-        # With --prune every other managed schedule of this task queue is about to go, so
-        # none of them can be duplicated.
-        existing = {v.schedule_id: v.definition for v in others if v.definition is not None}
-        problems = duplicates_of_existing(guarded, existing)
-        if problems:
-            raise DuplicateSchedules("nothing applied: " + "; ".join(problems))
-    pruned = [Change(v.schedule_id, DELETED) for v in others] if prune else []
-    if dry_run:
-        await _preview(client, planned, task_queue=task_queue)
-        return [change for _, change, _ in planned] + pruned
-    # An unchanged schedule needs no write and no second look: what we described is current.
-    unchanged = [
-        (d, c, desc) for d, c, desc in planned if c.action == UNCHANGED and desc is not None
-    ]
-    for _, change, desc in unchanged:
-        next_times = desc.info.next_action_times
-        change.next_fire = next_times[0] if next_times else None
-    if pool is not None and unchanged:
-        # Rows a schedule found unchanged lacks are created: its heartbeat row only if missing
-        # (the last success and the deadline a row holds stay), its definition only if it is
-        # not already the latest recorded (a schedule applied before its database was set up,
-        # or an apply stopped between a write and its rows). This runs before any write to
-        # Temporal below, so a write that then fails leaves these rows in place: harmless, they
-        # describe schedules that exist unchanged, and a rerun inserts nothing.
-        async with pool.acquire() as conn, conn.transaction():
-            await heartbeats.expect_all_if_missing(
-                conn,
-                [
-                    (
-                        d.id,
-                        c.next_fire,
-                        d.heartbeat_grace,
-                        definition_digest(d, task_queue=task_queue),
-                    )
-                    for d, c, _ in unchanged
-                ],
+    """Make Temporal hold `definitions`.
+
+    `release`: `definitions` are a whole schedule file of the task queue, applied as a release
+    (`schedules apply`): applies of one task queue run one at a time, a file superseded by a
+    later one is refused unless `force`, and the file is recorded as the one in force once every
+    schedule of it is. Without it (the dev stack, a test applying a schedule or two), nothing
+    is refused or recorded of the file. `verify` describes every schedule, where a re-apply
+    otherwise trusts the list for those it shows unchanged (`_unchanged_by_list`)."""
+    whole_file = release and pool is not None and not dry_run
+    async with _in_force(
+        pool if whole_file else None, definitions, task_queue=task_queue, force=force
+    ):
+        # One read of the list (a few pages for ten thousand schedules): it settles the
+        # schedules it shows unchanged, and names the ones outside the file for --prune and the
+        # duplicate guard.
+        listing = await schedule_list.read_listing(client)
+        settled: dict[str, datetime | None] = {}
+        expected: dict[str, str] = {}
+        if pool is not None:
+            settled, expected = await _unchanged_by_list(
+                pool, definitions, listing, task_queue=task_queue
             )
-            await definition_history.record_if_not_latest(
-                conn,
-                [
-                    (
-                        d.id,
-                        desc.info.last_updated_at or desc.info.created_at,
-                        definition_digest(d, task_queue=task_queue),
-                        definition_json(d, task_queue=task_queue),
-                    )
-                    for d, _, desc in unchanged
-                ],
+        if verify:
+            settled = {}
+        # The rest described concurrently (bounded): one by one, a file of a thousand
+        # schedules spent seconds on round trips.
+        unsettled = [defn for defn in definitions if defn.id not in settled]
+        plans = dict(
+            zip(
+                [defn.id for defn in unsettled],
+                await map_bounded(
+                    lambda defn: plan_one(
+                        client, defn, task_queue=task_queue, expected_listed=expected.get(defn.id)
+                    ),
+                    unsettled,
+                    limit=DESCRIBE_CONCURRENCY,
+                ),
+                strict=True,
             )
-    for _, change, _ in unchanged:
-        _log_change(change)
-    for _, change, _ in planned:
-        if change.action == FINISHED:
+        )
+        planned: list[tuple[ScheduleDefinition, Change, ScheduleDescription | None]] = [
+            (defn, Change(defn.id, UNCHANGED, next_fire=settled[defn.id]), None)
+            if defn.id in settled
+            else (defn, *plans[defn.id])
+            for defn in definitions
+        ]
+        _mark_finished(planned, now=datetime.now(UTC))
+        # New schedules, and updates that change what runs when: either may now duplicate a
+        # schedule already in Temporal. (An update of other fields keeps what it was.)
+        guarded = [
+            defn
+            for defn, change, _ in planned
+            if change.action == CREATED
+            or (change.action == UPDATED and set(change.changed_fields) & _DUPLICATE_FIELDS)
+        ]
+        others: list[ScheduleView] = []
+        if prune or guarded:
+            others = await _managed_outside_file(
+                client, definitions, list(listing), task_queue=task_queue
+            )
+        if guarded and not prune:
+            # With --prune every other managed schedule of this task queue is about to go, so
+            # none of them can be duplicated.
+            existing = {v.schedule_id: v.definition for v in others if v.definition is not None}
+            problems = duplicates_of_existing(guarded, existing)
+            if problems:
+                raise DuplicateSchedules("nothing applied: " + "; ".join(problems))
+        pruned = [Change(v.schedule_id, DELETED) for v in others] if prune else []
+        if dry_run:
+            await _preview(client, planned, task_queue=task_queue)
+            return [change for _, change, _ in planned] + pruned
+        # An unchanged schedule needs no write and no second look: what we described (or the list
+        # showed) is current.
+        unchanged = [(d, c, desc) for d, c, desc in planned if c.action == UNCHANGED]
+        described = [(d, desc) for d, _, desc in unchanged if desc is not None]
+        for _, change, desc in unchanged:
+            if desc is not None:
+                next_times = desc.info.next_action_times
+                change.next_fire = next_times[0] if next_times else None
+        if pool is not None and unchanged:
+            # Rows a schedule found unchanged lacks are created: its heartbeat row only if missing
+            # (the last success and the deadline a row holds stay), its definition only if it is
+            # not already the latest recorded (a schedule applied before its database was set up,
+            # or an apply stopped between a write and its rows). This runs before any write to
+            # Temporal below, so a write that then fails leaves these rows in place: harmless, they
+            # describe schedules that exist unchanged, and a rerun inserts nothing.
+            async with pool.acquire() as conn, conn.transaction():
+                await heartbeats.expect_all_if_missing(
+                    conn,
+                    [
+                        (
+                            d.id,
+                            c.next_fire,
+                            d.heartbeat_grace,
+                            definition_digest(d, task_queue=task_queue),
+                        )
+                        for d, c, _ in unchanged
+                    ],
+                )
+                await definition_history.record_if_not_latest(
+                    conn,
+                    [
+                        (
+                            d.id,
+                            desc.info.last_updated_at or desc.info.created_at,
+                            definition_digest(d, task_queue=task_queue),
+                            definition_json(d, task_queue=task_queue),
+                        )
+                        for d, desc in described
+                    ],
+                )
+                # With the history row above: the next apply finds these in the list alone.
+                await applied.record_schedules(
+                    conn,
+                    [
+                        (
+                            d.id,
+                            definition_digest(d, task_queue=task_queue),
+                            described_listed_digest(desc),
+                        )
+                        for d, desc in described
+                    ],
+                )
+        for _, change, _ in unchanged:
             _log_change(change)
-    writing = [(defn, change) for defn, change, _ in planned if change.action in (CREATED, UPDATED)]
-    writes_from = None
-    if pool is not None and any(change.action == CREATED for _, change in writing):
-        # Postgres' clock before any create: a pause row (stamped by Postgres) older than it was
-        # recorded for an earlier schedule of the id. Neither this host's clock (it may run
-        # ahead) nor Temporal's create time (stamped when the scheduler first runs, which can
-        # be after the create returned and a pause was recorded) can bound that.
-        async with pool.acquire() as conn:
-            writes_from = await conn.fetchval("SELECT clock_timestamp()")
-    outcomes = await try_bounded(
-        lambda pair: _write(
-            client, pool, pair[0], pair[1], task_queue=task_queue, writes_from=writes_from
-        ),
-        writing,
-        limit=WRITE_CONCURRENCY,
+        for _, change, _ in planned:
+            if change.action == FINISHED:
+                _log_change(change)
+        writing = [
+            (defn, change) for defn, change, _ in planned if change.action in (CREATED, UPDATED)
+        ]
+        writes_from = None
+        if pool is not None and any(change.action == CREATED for _, change in writing):
+            # Postgres' clock before any create: a pause row (stamped by Postgres) older than it was
+            # recorded for an earlier schedule of the id. Neither this host's clock (it may run
+            # ahead) nor Temporal's create time (stamped when the scheduler first runs, which can
+            # be after the create returned and a pause was recorded) can bound that.
+            async with pool.acquire() as conn:
+                writes_from = await conn.fetchval("SELECT clock_timestamp()")
+        outcomes = await try_bounded(
+            lambda pair: _write(
+                client,
+                pool,
+                pair[0],
+                pair[1],
+                task_queue=task_queue,
+                writes_from=writes_from,
+                expected_listed=expected.get(pair[0].id),
+            ),
+            writing,
+            limit=WRITE_CONCURRENCY,
+        )
+        # Each create recorded its rows right after it; their first fires are filled in together
+        # (from the schedule list), even when another write failed.
+        created = [o.value for o in outcomes if o.value is not None and o.value.first_fire_pending]
+        unfilled = await _fill_first_fires(client, pool, created, task_queue=task_queue)
+        if any(o.error is not None for o in outcomes) or unfilled is not None:
+            # Nothing is pruned after a failed write: the file is not in force yet.
+            raise ApplyIncomplete.of(writing, outcomes, unfilled)
+        written = {o.value.change.schedule_id: o.value.change for o in outcomes if o.value}
+        changes = [written.get(change.schedule_id, change) for _, change, _ in planned]
+        for change in pruned:
+            await _prune(client, pool, change.schedule_id)
+            changes.append(change)
+        return changes
+
+
+@contextlib.asynccontextmanager
+async def _in_force(
+    pool: asyncpg.Pool | None,
+    definitions: list[ScheduleDefinition],
+    *,
+    task_queue: str,
+    force: bool,
+) -> AsyncIterator[None]:
+    """Around an apply of a whole file (`pool` None: not one): waits for any other apply of
+    the task queue, refuses a superseded file unless `force`, and records the file as the one
+    in force once the apply returned (a failed write raised, and records nothing: a rerun of
+    an incomplete apply is not refused as an older file)."""
+    if pool is None:
+        yield
+        return
+    digest = file_digest(definitions, task_queue=task_queue)
+    async with pool.acquire() as guard:
+        await applied.lock(guard, task_queue)
+        try:
+            # Judged under the lock: an apply that waited for another reads what it recorded.
+            standing = await applied.standing(guard, task_queue, digest)
+            if standing.superseded and not force:
+                raise SupersededFile(_superseded_message(standing))
+            yield
+            if not standing.is_latest:
+                await applied.record_file(
+                    guard,
+                    task_queue=task_queue,
+                    file_digest=digest,
+                    schedules=len(definitions),
+                    forced=force and standing.superseded,
+                )
+        finally:
+            await applied.unlock(guard, task_queue)
+
+
+def _superseded_message(standing: applied.Standing) -> str:
+    assert standing.applied_at is not None and standing.latest_applied_at is not None
+    return (
+        f"this file was applied at {utc_text(standing.applied_at)} and another file has been "
+        f"applied since (at {utc_text(standing.latest_applied_at)}), so nothing was applied: "
+        "apply the newer file, or pass --force to put this one back in force (a rollback)"
     )
-    # Each create recorded its rows right after it; their first fires are filled in together
-    # (from the schedule list), even when another write failed.
-    created = [o.value for o in outcomes if o.value is not None and o.value.first_fire_pending]
-    unfilled = await _fill_first_fires(client, pool, created, task_queue=task_queue)
-    if any(o.error is not None for o in outcomes) or unfilled is not None:
-        # Nothing is pruned after a failed write: the file is not in force yet.
-        raise ApplyIncomplete.of(writing, outcomes, unfilled)
-    written = {o.value.change.schedule_id: o.value.change for o in outcomes if o.value}
-    changes = [written.get(change.schedule_id, change) for _, change, _ in planned]
-    for change in pruned:
-        await _prune(client, pool, change.schedule_id)
-        changes.append(change)
-    return changes
 
 
 def _mark_finished(
@@ -555,6 +717,7 @@ async def _write(
     *,
     task_queue: str,
     writes_from: datetime | None,
+    expected_listed: str | None = None,
 ) -> _Written:
     """Create or update one schedule and record its rows right after its write: a run of it,
     a concurrent apply or a pause must find them from then on. A create's first fire is filled
@@ -577,19 +740,22 @@ async def _write(
                     # `status` shows, what a window's end is judged by) would be a definition
                     # Temporal no longer holds. No fire of the schedule comes before its create,
                     # so the history judges every fire by this definition.
-                    created_at = (await handle.describe()).info.created_at
+                    created = await handle.describe()
                     await _record(
                         pool,
                         defn,
                         change,
-                        created_at,
+                        created.info.created_at,
                         task_queue=task_queue,
+                        listed=described_listed_digest(created),
                         pauses_before=writes_from,
                     )
             except Exception as exc:
                 raise _NotRecorded(exc) from exc
             return _Written(defn, change, first_fire_pending=True)
-    written = await _update(client, defn, schedule, task_queue=task_queue)
+    written = await _update(
+        client, defn, schedule, task_queue=task_queue, expected_listed=expected_listed
+    )
     try:
         next_times = written.info.next_action_times
         change.next_fire = next_times[0] if next_times else None
@@ -597,7 +763,14 @@ async def _write(
             # Temporal's own time for the write: backfill and audit judge fires up to this
             # second by the previous definition, later ones by this one.
             applied_at = written.info.last_updated_at or written.info.created_at
-            await _record(pool, defn, change, applied_at, task_queue=task_queue)
+            await _record(
+                pool,
+                defn,
+                change,
+                applied_at,
+                task_queue=task_queue,
+                listed=described_listed_digest(written),
+            )
     except Exception as exc:
         raise _NotRecorded(exc) from exc
     _log_change(change)
@@ -611,6 +784,7 @@ async def _record(
     applied_at: datetime,
     *,
     task_queue: str,
+    listed: str,
     pauses_before: datetime | None = None,
 ) -> None:
     """The definition history and heartbeat rows of one written schedule, in one transaction.
@@ -651,6 +825,9 @@ async def _record(
             grace=defn.heartbeat_grace,
             definition_digest=definition_digest(defn, task_queue=task_queue),
         )
+        await applied.record_schedules(
+            conn, [(defn.id, definition_digest(defn, task_queue=task_queue), listed)]
+        )
 
 
 async def _preview(
@@ -683,8 +860,55 @@ def _log_change(change: Change) -> None:
     )
 
 
+async def _unchanged_by_list(
+    pool: asyncpg.Pool,
+    definitions: list[ScheduleDefinition],
+    listing: dict[str, Listed],
+    *,
+    task_queue: str,
+) -> tuple[dict[str, datetime | None], dict[str, str]]:
+    """The schedules of the file that need no describe, with their next fire from the list;
+    and for each schedule whose last apply recorded the file's definition, the listed digest
+    it recorded (a describe showing another spec finds an edit made outside cronwarden).
+
+    One is unchanged when all of these hold:
+    - the list shows it, carrying cronwarden's managed marker;
+    - its spec and workflow type, as the list shows them, are the ones a describe showed at
+      its last apply (`cronwarden.applied_schedules`): an edit of its spec made outside
+      cronwarden (the UI, the CLI, an SDK), memo kept or not, is seen here;
+    - that apply recorded the file's definition digest, and it is still the latest definition
+      the history records (a delete through cronwarden records one that is not).
+    Everything else is described. What the list cannot show is an edit outside cronwarden of
+    only the action (args, task queue, timeouts) or the policies: `--verify` finds those. The
+    list is eventually consistent, so an edit or a delete a moment before the apply may be
+    found by the next one.
+    """
+    ids = [defn.id for defn in definitions]
+    async with pool.acquire() as conn:
+        recorded = await applied.recorded_schedules(conn, ids)
+        latest = await definition_history.latest_digests(conn, ids)
+    settled: dict[str, datetime | None] = {}
+    expected: dict[str, str] = {}
+    for defn in definitions:
+        digest = definition_digest(defn, task_queue=task_queue)
+        record = recorded.get(defn.id)
+        if record is None or record[0] != digest:
+            continue
+        expected[defn.id] = record[1]
+        listed = listing.get(defn.id)
+        if listed is None or listed.managed is not True:
+            continue
+        if listed.listed_digest == record[1] and latest.get(defn.id) == digest:
+            settled[defn.id] = listed.next_fire
+    return settled, expected
+
+
 async def _managed_outside_file(
-    client: Client, definitions: list[ScheduleDefinition], *, task_queue: str
+    client: Client,
+    definitions: list[ScheduleDefinition],
+    listed_ids: list[str],
+    *,
+    task_queue: str,
 ) -> list[ScheduleView]:
     """Managed schedules of this task queue that the file does not list.
 
@@ -696,7 +920,7 @@ async def _managed_outside_file(
     in_file = {defn.id for defn in definitions}
     # Only the schedules outside the file are described: re-applying a file of thousands with
     # one new schedule must not describe the thousands again.
-    outside = [sid for sid in await schedule_ids(client) if sid not in in_file]
+    outside = [sid for sid in sorted(listed_ids) if sid not in in_file]
     views = [await view(client, d) for d in await describe_many(client, outside) if d is not None]
     return [v for v in views if v.managed and v.task_queue == task_queue]
 

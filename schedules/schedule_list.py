@@ -11,13 +11,17 @@ it shows, and converts a spec only for a schedule that has no recorded definitio
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from temporalio.api.common.v1 import Payload
 from temporalio.api.schedule.v1 import ScheduleListEntry
+from temporalio.api.schedule.v1 import ScheduleSpec as ScheduleSpecProto
 from temporalio.api.workflowservice.v1 import ListSchedulesRequest, ListSchedulesResponse
-from temporalio.client import Client, ScheduleSpec
+from temporalio.client import Client, ScheduleDescription, ScheduleSpec
 
 from cronwarden.schedules.mapping import MANAGED_MEMO, marks_managed
 
@@ -110,3 +114,61 @@ def listed_spec(entry: ScheduleListEntry) -> ScheduleSpec:
     """The entry's spec as the SDK's type, for a schedule shown by Temporal's spec (no recorded
     definition): the SDK's own conversion, which its list iterator applies to every entry."""
     return ScheduleSpec._from_proto(entry.info.spec)
+
+
+def listed_digest(spec: ScheduleSpecProto, workflow_type: str) -> str:
+    """A digest of what Temporal's schedule list shows of a schedule's definition: its spec (as
+    Temporal holds it, cron strings already turned into calendars) and its workflow type.
+
+    The list carries neither the action (args, task queue, memo) nor the policies, so this is
+    the part of an edit made outside cronwarden that a list read can notice. Computed the same
+    way from a describe (`described_listed_digest`), whose spec is the one the list shows.
+    """
+    shown = ScheduleSpecProto()
+    shown.CopyFrom(spec)
+    # The list drops the time zone's data; cronwarden never sets a time zone, but a schedule
+    # edited to have one must hash alike from a describe and from the list.
+    shown.ClearField("timezone_data")
+    digest = hashlib.sha256(shown.SerializeToString(deterministic=True))
+    digest.update(b"\0" + workflow_type.encode())
+    return digest.hexdigest()
+
+
+def described_listed_digest(desc: ScheduleDescription) -> str:
+    """`listed_digest` of a described schedule."""
+    schedule = desc.raw_description.schedule
+    return listed_digest(schedule.spec, schedule.action.start_workflow.workflow_type.name)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One schedule as one read of the list shows it, for `apply`'s plan."""
+
+    managed: bool | None
+    """As `managed_markers` says: None when the marker cannot be decoded."""
+    listed_digest: str | None
+    """None when the entry came without its details (a server without advanced visibility)."""
+    next_fire: datetime | None
+
+
+async def read_listing(client: Client, *, page_size: int = PAGE_SIZE) -> dict[str, Listed]:
+    """Every schedule of the namespace from one paged read of Temporal's schedule list.
+
+    The list is eventually consistent: a schedule created, edited or deleted a moment ago may
+    show as it was before.
+    """
+    found: dict[str, Listed] = {}
+    async with contextlib.aclosing(list_pages(client, page_size=page_size)) as pages:
+        async for page in pages:
+            markers = await managed_markers(client, page)
+            for entry, marker in zip(page, markers, strict=True):
+                if not entry.HasField("info"):
+                    found[entry.schedule_id] = Listed(marker, None, None)
+                    continue
+                times = next_action_times(entry)
+                found[entry.schedule_id] = Listed(
+                    marker,
+                    listed_digest(entry.info.spec, entry.info.workflow_type.name),
+                    times[0] if times else None,
+                )
+    return found

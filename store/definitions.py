@@ -179,3 +179,19 @@ async def first_applied_at(conn: Any, schedule_id: str) -> datetime | None:
     """When the id's first recorded definition took effect (of its first known life)."""
     first: datetime | None = await conn.fetchval(_FIRST_APPLIED_AT, schedule_id)
     return first
+
+
+# The newest entry's digest of each id asked for; a delete's row has the empty digest, so a
+# schedule cronwarden deleted never reads as holding any definition.
+_LATEST_DIGESTS = """
+SELECT DISTINCT ON (schedule_id) schedule_id, definition_digest
+  FROM cronwarden.definition_history
+ WHERE schedule_id = ANY($1::text[])
+ ORDER BY schedule_id, applied_at DESC
+"""
+
+
+async def latest_digests(conn: Any, schedule_ids: Sequence[str]) -> dict[str, str]:
+    """Schedule id -> the digest of its latest recorded entry ('' after a delete)."""
+    rows = await conn.fetch(_LATEST_DIGESTS, list(schedule_ids))
+    return {r["schedule_id"]: r["definition_digest"] for r in rows}

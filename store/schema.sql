@@ -209,6 +209,43 @@ END
 $$;
 
 --
+-- Name: applied_files; Type: TABLE; Schema: cronwarden; Owner: -
+--
+
+CREATE TABLE cronwarden.applied_files (
+    sequence bigint NOT NULL,
+    task_queue text NOT NULL,
+    file_digest text NOT NULL,
+    schedules integer NOT NULL,
+    forced boolean DEFAULT false NOT NULL,
+    applied_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+--
+-- Name: applied_files_sequence_seq; Type: SEQUENCE; Schema: cronwarden; Owner: -
+--
+
+ALTER TABLE cronwarden.applied_files ALTER COLUMN sequence ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME cronwarden.applied_files_sequence_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
+-- Name: applied_schedules; Type: TABLE; Schema: cronwarden; Owner: -
+--
+
+CREATE TABLE cronwarden.applied_schedules (
+    schedule_id text NOT NULL,
+    definition_digest text NOT NULL,
+    listed_digest text NOT NULL,
+    recorded_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+--
 -- Name: definition_history; Type: TABLE; Schema: cronwarden; Owner: -
 --
 
@@ -412,6 +449,20 @@ CREATE TABLE cronwarden.schema_migrations (
 );
 
 --
+-- Name: applied_files applied_files_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
+--
+
+ALTER TABLE ONLY cronwarden.applied_files
+    ADD CONSTRAINT applied_files_pkey PRIMARY KEY (sequence);
+
+--
+-- Name: applied_schedules applied_schedules_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
+--
+
+ALTER TABLE ONLY cronwarden.applied_schedules
+    ADD CONSTRAINT applied_schedules_pkey PRIMARY KEY (schedule_id);
+
+--
 -- Name: definition_history definition_history_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
 --
 
@@ -487,6 +538,12 @@ ALTER TABLE ONLY cronwarden.pause_history
 
 ALTER TABLE ONLY cronwarden.schema_migrations
     ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+--
+-- Name: applied_files_latest; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE INDEX applied_files_latest ON cronwarden.applied_files USING btree (task_queue, sequence DESC);
 
 --
 -- Name: heartbeats_alert_after; Type: INDEX; Schema: cronwarden; Owner: -

@@ -77,11 +77,29 @@ def schedules_apply(
             "longer lists. Never touches schedules it did not create.",
         ),
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Apply FILE even if it was applied before and another file has been applied "
+            "since (a rollback to it).",
+        ),
+    ] = False,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify",
+            help="Describe every schedule instead of trusting the schedule list for those it "
+            "shows unchanged: also finds edits made outside cronwarden to a schedule's args, "
+            "task queue or policies.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Create, update (or with --prune delete) schedules to match FILE.
 
-    A file with any bad entry applies nothing.
+    A file with any bad entry applies nothing. A file applied before and superseded since by
+    another is refused (exit 2) unless --force; applying the latest file again changes nothing.
     """
 
     async def go() -> None:
@@ -111,6 +129,9 @@ def schedules_apply(
                 task_queue=settings.task_queue,
                 dry_run=dry_run,
                 prune=prune,
+                verify=verify,
+                release=True,
+                force=force,
             )
         finally:
             if pool is not None:
