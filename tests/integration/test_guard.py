@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ActivityError
 from temporalio.worker import Worker
 
 from cronwarden.activities.contract import (
@@ -29,7 +29,15 @@ from cronwarden.store import heartbeats, locks
 from cronwarden.store.runs import CommitRecord, commit_run
 from cronwarden.workflows.scheduled_run import ScheduledRunInput, ScheduledRunWorkflow
 from tests.support.database import fetch
-from tests.support.runs import FIRE, args_digest, effects, lease_holder, start_run
+from tests.support.runs import (
+    FIRE,
+    add_heartbeat_row,
+    args_digest,
+    effects,
+    failure_type,
+    lease_holder,
+    start_run,
+)
 from tests.support.schedules import yearly_definition
 from tests.support.servers import in_process_worker
 from tests.support.waiting import wait_for
@@ -57,21 +65,6 @@ async def take_over(pool: asyncpg.Pool, lock: str) -> int:
         )
     assert intruder.token is not None
     return intruder.token
-
-
-def failure_type(exc: WorkflowFailureError) -> str | None:
-    cause: BaseException | None = exc.cause
-    while cause is not None and not isinstance(cause, ApplicationError):
-        cause = cause.__cause__ if not isinstance(cause, FailureError) else cause.cause
-    return cause.type if isinstance(cause, ApplicationError) else None
-
-
-async def add_heartbeat_row(conn: asyncpg.Connection, schedule_id: str) -> None:
-    """The row `schedules apply` makes: runs record on it, never create it."""
-    await conn.execute(
-        "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
-        schedule_id,
-    )
 
 
 async def test_twenty_concurrent_executions_of_one_key_apply_once(

@@ -9,9 +9,8 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from cronwarden.activities.contract import INVALID_ARGS
-from tests.integration.test_guard import add_heartbeat_row, failure_type
 from tests.support.database import fetch
-from tests.support.runs import FIRE, start_guarded
+from tests.support.runs import FIRE, add_heartbeat_row, failure_type, start_guarded
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,10 @@ from temporalio.client import (
     Interceptor,
     OutboundInterceptor,
     ScheduleDescription,
+    WorkflowFailureError,
     WorkflowHandle,
 )
+from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from cronwarden.activities.contract import RunOutcome
@@ -193,3 +195,19 @@ async def queued_at(pool: asyncpg.Pool, lease: str, *, at_least: int = 1) -> boo
         lease,
     )
     return int(rows[0]["n"]) >= at_least
+
+
+def failure_type(exc: WorkflowFailureError) -> str | None:
+    """The `ApplicationError` type at the root of a failed run, if any."""
+    cause: BaseException | None = exc.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__ if not isinstance(cause, FailureError) else cause.cause
+    return cause.type if isinstance(cause, ApplicationError) else None
+
+
+async def add_heartbeat_row(conn: asyncpg.Connection, schedule_id: str) -> None:
+    """The row `schedules apply` makes: runs record on it, never create it."""
+    await conn.execute(
+        "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at) VALUES ($1, now())",
+        schedule_id,
+    )

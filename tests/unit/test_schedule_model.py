@@ -270,10 +270,6 @@ def test_an_args_key_the_jobs_model_does_not_declare_is_refused_with_the_closest
     assert registry.get("strict").validate_args({"tims": 3}).times == 1
 
 
-async def _noop(ctx: JobContext) -> JobResult:
-    return None
-
-
 def test_it_refuses_an_unknown_job_listing_the_known_ones(
     write_file: WriteFile, registry: JobRegistry
 ) -> None:
