@@ -28,6 +28,7 @@ from cronwarden.activities.jobs import import_job_modules
 from cronwarden.schedules.model import parse_schedule_text
 from tests.support.locks import CHECKOV_VENV, RUNTIME_LOCK, closure, read_lock
 from tests.support.manifests import MONITORING_GROUP, monitoring_problems, render, run_tool
+from tests.support.releases import copy_manifests, release_job, render_release
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = REPO_ROOT / "deploy" / "kubernetes"
@@ -285,6 +286,7 @@ def test_the_manifests_render_and_validate_against_the_kubernetes_schemas(
         "Deployment",
         "PodDisruptionBudget",
         "NetworkPolicy",
+        "Job",
     } <= set(kinds)
     assert schema_problems(rendered) == []
 
@@ -340,16 +342,26 @@ def test_secrets_reach_the_pods_as_files_and_the_migrator_dsn_only_the_migrate_s
     assert set(seen.values()) == {"cronwarden-database/runtime-url"}, seen
 
 
-def test_the_monitor_migrates_and_the_workers_wait_for_it_then_apply_the_schedules(
+def test_the_monitor_migrates_the_workers_wait_for_it_and_only_the_release_job_applies(
     rendered: list[dict[str, Any]],
 ) -> None:
-    assert set(pod_specs(rendered)) == {"cronwarden-worker", "cronwarden-monitor"}
+    pods = pod_specs(rendered)
+    [job] = [name for name in pods if name.startswith("cronwarden-release-")]
+    assert set(pods) == {"cronwarden-worker", "cronwarden-monitor", job}
     # The monitor needs Postgres only, so it starts while Temporal is down.
-    [migrate] = pod_specs(rendered)["cronwarden-monitor"]["initContainers"]
+    [migrate] = pods["cronwarden-monitor"]["initContainers"]
     assert migrate["args"] == ["migrate"]
-    wait, apply = pod_specs(rendered)["cronwarden-worker"]["initContainers"]
+    [wait] = pods["cronwarden-worker"]["initContainers"]
     assert wait["args"] == ["migrate", "--check", "--wait", "10m"]
+    # No pod of a Deployment applies schedules: a pod recreated later (a drain, an old pod
+    # of a rollout) would apply its file again. The release's Job does, once.
+    for name in ("cronwarden-worker", "cronwarden-monitor"):
+        assert not [c for c in containers(pods[name]) if c["args"][:2] == ["schedules", "apply"]]
+    [job_wait] = pods[job]["initContainers"]
+    assert job_wait["args"] == wait["args"]
+    [apply] = pods[job]["containers"]
     assert apply["args"][:2] == ["schedules", "apply"]
+    assert "--force" not in apply["args"]
 
 
 def configmaps_used(pod: dict[str, Any]) -> set[str]:
@@ -389,37 +401,35 @@ def test_the_configmap_names_carry_a_content_hash_so_a_change_rolls_the_pods(
         assert settings not in configmaps_used(pod_specs(after)[deployment]), deployment
 
 
-def release(base: Path, *, tag: str, schedules: str) -> list[dict[str, Any]]:
-    kustomization = base / "kustomization.yaml"
-    text = re.sub(r'newTag: "[^"]*"', f'newTag: "{tag}"', kustomization.read_text())
-    kustomization.write_text(text)
-    (base / "schedules.yaml").write_text(schedules)
-    return render(base)
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return copy_manifests(tmp_path)
 
 
-def test_a_second_release_changes_only_fields_kubectl_apply_may_change(tmp_path: Path) -> None:
-    base = tmp_path / "base"
-    shutil.copytree(KUBERNETES / "base", base)
-    first = release(base, tag="1.0.0", schedules="schedules: []\n")
-    second = release(
-        base,
-        tag="1.1.0",
-        schedules="schedules:\n  - {id: nightly, job: reconcile, cron: '0 2 * * *'}\n",
-    )
-    # Nothing with an immutable pod template (a Job) and no new object under an old name that
-    # could hold one: `kubectl apply -k` of the second release needs no delete first.
+NIGHTLY = "schedules:\n  - {id: nightly, job: reconcile, cron: '0 2 * * *'}\n"
+
+
+def test_a_second_release_changes_only_fields_kubectl_apply_may_change(tree: Path) -> None:
+    first = render_release(tree, tag="1.0.0", schedules="schedules: []\n")
+    second = render_release(tree, tag="1.1.0", schedules=NIGHTLY)
+    # The one object with an immutable pod template, the release's Job, is a new object under
+    # a new name: `kubectl apply -k` of the second release needs no delete first.
     for docs in (first, second):
-        assert {d["kind"] for d in docs}.isdisjoint({"Job", "CronJob", "Pod", "StatefulSet"})
+        assert {d["kind"] for d in docs}.isdisjoint({"CronJob", "Pod", "StatefulSet"})
+    assert release_job(first)["metadata"]["name"] == "cronwarden-release-1.0.0"
+    assert release_job(second)["metadata"]["name"] == "cronwarden-release-1.1.0"
     # The new image changes the monitor's template (its rollout migrates) and the workers'
-    # (their new pods wait for that migration, then apply the new schedule file).
+    # (their new pods wait for that migration).
     for deployment in ("cronwarden-monitor", "cronwarden-worker"):
         before = by_name(first, "Deployment", deployment)["spec"]["template"]
         after = by_name(second, "Deployment", deployment)["spec"]["template"]
         assert before != after, deployment
     for pod in pod_specs(second).values():
         assert {c["image"] for c in containers(pod)} == {"cronwarden:1.1.0"}
+    # The release's Job applies the release's file; no worker mounts it.
     applied = by_name(second, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
-    assert applied in configmaps_used(pod_specs(second)["cronwarden-worker"])
+    assert configmaps_used(release_job(second)["spec"]["template"]["spec"]) >= {applied}
+    assert applied not in configmaps_used(pod_specs(second)["cronwarden-worker"])
     assert applied != by_name(first, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
     # Old pods stop only once a new one is ready, so a release that cannot migrate or apply
     # leaves the old monitors and workers running.
@@ -518,11 +528,49 @@ def test_the_workers_are_scraped_on_their_health_port(rendered: list[dict[str, A
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
-def test_the_workers_apply_the_mounted_schedule_file(
+def test_a_rollback_is_a_release_of_its_own_that_forces_the_previous_file(tree: Path) -> None:
+    previous = render_release(tree, tag="1.0.0", schedules="schedules: []\n")
+    render_release(tree, tag="1.1.0", schedules=NIGHTLY)
+    rolled_back = render_release(
+        tree, tag="1.0.0-rollback1", schedules="schedules: []\n", rollback=True
+    )
+    job = release_job(rolled_back)
+    # A new Job (the previous release's may still exist, and would not run again) ...
+    assert job["metadata"]["name"] == "cronwarden-release-1.0.0-rollback1"
+    # ... applying the previous release's file, forced past the newer one applied since.
+    [apply] = job["spec"]["template"]["spec"]["containers"]
+    [before] = release_job(previous)["spec"]["template"]["spec"]["containers"]
+    assert apply["args"] == [*before["args"], "--force"]
+    schedules = by_name(rolled_back, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
+    assert schedules == by_name(previous, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
+
+
+def test_the_release_job_fails_at_once_on_a_refusal_and_retries_anything_else(
     rendered: list[dict[str, Any]],
 ) -> None:
-    pod = pod_specs(rendered)["cronwarden-worker"]
-    [apply] = [c for c in pod["initContainers"] if c["args"][:2] == ["schedules", "apply"]]
+    job = release_job(rendered)
+    spec = job["spec"]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy needs it
+    [rule] = spec["podFailurePolicy"]["rules"]
+    # Exit 2 is the CLI's "invalid input": a superseded file, a bad schedule file. Retrying
+    # cannot change the answer.
+    assert rule["action"] == "FailJob"
+    assert rule["onExitCodes"] == {
+        "containerName": "schedules-apply",
+        "operator": "In",
+        "values": [2],
+    }
+    assert spec["backoffLimit"] >= 1
+    # A name kubectl accepts for a Job whose pods carry it as a label value.
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", job["metadata"]["name"])
+    assert len(job["metadata"]["name"]) <= 63
+
+
+def test_the_release_job_applies_the_mounted_schedule_file(
+    rendered: list[dict[str, Any]],
+) -> None:
+    pod = release_job(rendered)["spec"]["template"]["spec"]
+    [apply] = pod["containers"]
     mount = {m["name"]: m["mountPath"] for m in apply["volumeMounts"]}["schedules"]
     assert Path(apply["args"][2]).parent == Path(mount)
     schedules = by_name(rendered, "ConfigMap", "cronwarden-schedules")

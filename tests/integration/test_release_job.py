@@ -1,0 +1,102 @@
+"""The Kubernetes release step, exercised without a cluster: each release of the manifests is
+rendered by the real kubectl, and the command its Job runs is run as the Job's container would
+run it (the rendered args, the rendered schedule file at its mount path's name), against real
+Temporal and Postgres. What Kubernetes does with the exit code is the rendered podFailurePolicy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+
+from tests.support.cleanup import delete_schedules
+from tests.support.cli import Result, cli
+from tests.support.releases import copy_manifests, release_job, render_release
+from tests.support.schedules import new_id
+
+pytestmark = pytest.mark.integration
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def schedule(client: Client) -> AsyncIterator[str]:
+    sid = new_id("released")
+    yield sid
+    await delete_schedules(client, [sid])
+
+
+def schedules_text(sid: str, cron: str) -> str:
+    return f"schedules:\n  - id: {sid}\n    job: probe\n    cron: '{cron}'\n"
+
+
+async def run_job(docs: list[dict[str, Any]], env: dict[str, str], workdir: Path) -> Result:
+    """Run the rendered release Job's container command on the rendered schedule file."""
+    pod = release_job(docs)["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    args = list(container["args"])
+    mounted = Path(args[2])
+    [volume] = [v for v in pod["volumes"] if v["name"] == "schedules"]
+    [configmap] = [
+        d
+        for d in docs
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == volume["configMap"]["name"]
+    ]
+    file = workdir / configmap["metadata"]["name"] / mounted.name
+    file.parent.mkdir(exist_ok=True)
+    file.write_text(configmap["data"][mounted.name])
+    args[2] = str(file)
+    return await cli(env, *args, "--json")
+
+
+def fails_the_job_at_once(docs: list[dict[str, Any]], code: int) -> bool:
+    """Whether the rendered podFailurePolicy fails the Job, without a retry, on `code`."""
+    rules = release_job(docs)["spec"]["podFailurePolicy"]["rules"]
+    return any(
+        r["action"] == "FailJob"
+        and r["onExitCodes"]["operator"] == "In"
+        and code in r["onExitCodes"]["values"]
+        for r in rules
+    )
+
+
+def actions(result: Result) -> list[str]:
+    assert result.code == 0, result
+    return [c["action"] for c in json.loads(result.stdout)["changes"]]
+
+
+async def test_each_release_applies_once_an_old_one_run_again_fails_and_a_rollback_forces(
+    tmp_path: Path, cli_env: dict[str, str], client: Client, schedule: str
+) -> None:
+    tree = copy_manifests(tmp_path)
+    first = render_release(tree, tag="1.0.0", schedules=schedules_text(schedule, "0 3 1 1 *"))
+    second = render_release(tree, tag="1.1.0", schedules=schedules_text(schedule, "0 4 1 1 *"))
+
+    assert actions(await run_job(first, cli_env, tmp_path)) == ["created"]
+    assert actions(await run_job(second, cli_env, tmp_path)) == ["updated"]
+    # The same release's Job again (created anew after its TTL): a no-op.
+    assert actions(await run_job(second, cli_env, tmp_path)) == ["unchanged"]
+
+    # The first release's Job again, after the second: refused, nothing written, and the Job
+    # fails at once.
+    before = await client.get_schedule_handle(schedule).describe()
+    stale = await run_job(first, cli_env, tmp_path)
+    assert stale.code == 2, stale
+    assert fails_the_job_at_once(first, stale.code)
+    unchanged = await client.get_schedule_handle(schedule).describe()
+    assert unchanged.info.last_updated_at == before.info.last_updated_at
+
+    # A rollback to the first release: a release of its own, forced.
+    rollback = render_release(
+        tree, tag="1.0.0-rollback1", schedules=schedules_text(schedule, "0 3 1 1 *"), rollback=True
+    )
+    assert release_job(rollback)["metadata"]["name"] != release_job(first)["metadata"]["name"]
+    assert actions(await run_job(rollback, cli_env, tmp_path)) == ["updated"]
+    after = await client.get_schedule_handle(schedule).describe()
+    assert after.info.last_updated_at != before.info.last_updated_at
+    # Now the second release is the old one.
+    assert (await run_job(second, cli_env, tmp_path)).code == 2
