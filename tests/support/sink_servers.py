@@ -159,6 +159,12 @@ def _read_request(conn: socket.socket) -> tuple[str, dict[str, str], bytes] | No
     return path, headers, rest[:length]
 
 
+class _RoomyServer(ThreadingHTTPServer):
+    # The standard listen queue holds 5: a burst of concurrent sends from two replicas on a
+    # loaded machine would overflow it, and a dropped handshake looks like a hanging sink.
+    request_queue_size = 128
+
+
 class SizedReceiver(_Recorder):
     """Answers 413 to a body over its path's limit (read whole first, as a proxy that buffers
     does, so the sender always sees the answer), 200 to the rest; records every request."""
@@ -182,7 +188,7 @@ class SizedReceiver(_Recorder):
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _RoomyServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
