@@ -1,16 +1,16 @@
 """The status page's cost, served by a real `cronwarden monitor` process over HTTP.
 
 Ten thousand heartbeat rows; the first hundred overdue (so they fill page 1, problems first),
-each a real, paused schedule firing every second in Temporal with every other slot committed,
-so page 1 is the heaviest page there is: a hundred full timelines, every slot linked to Temporal's
-UI. The monitor's background task reads their grids; the measurement starts once page 1 shows
-every one of them.
+each a real, paused schedule firing every second in Temporal (one in ten with jitter, whose
+nominal grid needs a scratch schedule), every other slot committed: page 1 is the heaviest page
+there is, a hundred full timelines. The monitor's background task reads their grids; the
+measurement starts once page 1 shows every one of them.
 
 Measured: `/` read afresh (the shared read expired) beside `/` served from the shared read; its
 size; the monitor's memory added by 20 concurrent loads of `/` (peak resident memory during the
 loads, less the idle figure before them); how long `/healthz` takes meanwhile (the event loop
-the monitor pages from); how many Postgres reads and Temporal writes the 20 loads made; one
-schedule's own page.
+the monitor pages from); how many schedules the 20 loads created in Temporal; one schedule's own
+page.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from cronwarden.store.pool import create_pool
 ROWS, SHOWN = 10_000, 100
 QUICK_ROWS, QUICK_SHOWN = 60, 5
 LOADS = 20
+JITTERED_EVERY = 10
+"""One schedule in ten has jitter (10 of page 1's 100, one background round's scratch budget)."""
 TASK_QUEUE = "bench-status-page"
 GOAL_MS = 2_000.0
 GOAL_BYTES = 1_000_000
@@ -67,8 +69,12 @@ SELECT s.id || '@' || to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'
 """
 
 
-async def _create_paused(client: Client, schedule_id: str) -> None:
-    defn = ScheduleDefinition.model_validate({"id": schedule_id, "job": "probe", "every": "1s"})
+async def _create_paused(client: Client, schedule_id: str, *, jitter: bool) -> None:
+    fields = {"id": schedule_id, "job": "probe", "every": "1s"}
+    if jitter:
+        # Its nominal grid needs a scratch schedule: what a page load used to create.
+        fields["jitter"] = "1s"
+    defn = ScheduleDefinition.model_validate(fields)
     schedule = to_temporal(defn, task_queue=TASK_QUEUE)
     # Paused: its spec is evaluated all the same, and no run is ever started.
     await client.create_schedule(
@@ -128,7 +134,9 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
     ids = [f"{prefix}-{i}" for i in range(1, shown + 1)]
     client = stack.client
     created = datetime.now(UTC)
-    await asyncio.gather(*(_create_paused(client, sid) for sid in ids))
+    await asyncio.gather(
+        *(_create_paused(client, sid, jitter=i % JITTERED_EVERY == 0) for i, sid in enumerate(ids))
+    )
     dsn = stack.dsn_for("status_page")
     pool = await create_pool(dsn, max_size=4)
     port = free_port()
@@ -220,7 +228,7 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
         await monitor.wait()
         await pool.close()
         await asyncio.gather(*(client.get_schedule_handle(sid).delete() for sid in ids))
-    label = f"status page `/`: {rows:,} schedules, page 1 of {max(rows // 100, 1)}"
+    label = f"status page `/`: {rows:,} schedules, page 1 of {-(-rows // PageLimits().page_size)}"
     judged = not quick
     return [
         beside(
@@ -234,7 +242,7 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
             digits=1,
         ),
         Row(
-            metric=f"{label}: bytes ({shown} timelines of {SLOTS} slots)",
+            metric=f"{label}: bytes (its first {shown} timelines full, {SLOTS} slots each)",
             ours=f"{size:,} B",
             baseline="9.4 MB before paging (all rows, 10,000 schedules)",
             goal=f"< {GOAL_BYTES:,} B",
@@ -257,7 +265,7 @@ async def measure(stack: BenchStack, *, quick: bool) -> list[Row]:
         Row(
             metric=f"{label}: schedules created in Temporal by {LOADS} concurrent loads",
             ours=f"{len(scratch_after - scratch_before)}",
-            baseline="before: one per jittered schedule shown, per load",
+            baseline=f"before: {len(ids[::JITTERED_EVERY])} per load (one per jittered schedule)",
             goal="0",
             met=scratch_after <= scratch_before,
         ),

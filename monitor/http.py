@@ -2,7 +2,8 @@
 
 `/healthz` (liveness) answers whenever the event loop does: a monitor that cannot reach the
 database is alive, and restarting it would only repeat its "cannot reach the database" page.
-`/readyz` (readiness) says whether a recent pass reached the database.
+`/readyz` (readiness) says whether a recent pass reached the database. Every answer, refusals
+and errors included, carries the status page's security headers (monitor/page.py) and no-store.
 """
 
 from __future__ import annotations
