@@ -586,3 +586,52 @@ async def test_head_answers_like_get_and_other_methods_are_refused(served: Serve
         assert refused.status == 405, method
         assert refused.headers["allow"] == "GET, HEAD"
         assert "frame-ancestors 'none'" in refused.headers["content-security-policy"]
+
+
+async def test_grids_read_before_temporal_went_away_are_kept_with_a_banner_saying_since_when(
+    client: Client,
+    pool: asyncpg.Pool,
+    database: str,
+    temporal_server: EmbeddedTemporal,
+    task_queue: str,
+    schedule_id: str,
+) -> None:
+    await apply_definitions(client, pool, [definition(schedule_id)], task_queue=task_queue)
+    proxy = HoldingProxy(temporal_server.host, temporal_server.port)
+    await proxy.start()
+    through_proxy = await Client.connect(proxy.address)
+
+    async def temporal() -> Client:
+        return through_proxy
+
+    page = StatusPage(
+        database,
+        temporal,
+        access=PageAccess("local"),
+        links=None,
+        refresh=RefreshPolicy(period=0.2, round_timeout=3),
+    )
+    app = monitor_app(Metrics(), healthy=lambda: True, page=page)
+    port = free_port()
+    try:
+        async with serve_monitor(app, host="127.0.0.1", port=port):
+
+            async def page_with(*markers: bytes) -> bytes:
+                page.forget_answers()
+                answer = await request(port, f"/schedules/{schedule_id}")
+                ok = answer.status == 200 and all(m in answer.body for m in markers)
+                return answer.body if ok else b""
+
+            await wait_for(
+                lambda: page_with(b'data-grid="known"'), timeout=60, what="the grid read"
+            )
+            await proxy.stop()  # Temporal is gone: connections cut, new ones refused
+            after = await wait_for(
+                lambda: page_with(b'id="temporal-error"'), timeout=60, what="the banner"
+            )
+        await page.close()
+    finally:
+        await proxy.stop()
+        await client.get_schedule_handle(schedule_id).delete()
+    assert b'data-grid="known"' in after
+    assert b"Temporal could not be asked since" in after
