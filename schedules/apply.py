@@ -303,16 +303,14 @@ async def apply_definitions(
     async with _in_force(
         pool if whole_file else None, definitions, task_queue=task_queue, force=force
     ):
-        # One read of the list (a few pages for ten thousand schedules): it settles the
-        # schedules it shows unchanged, and names the ones outside the file for --prune and the
-        # duplicate guard.
-        listing = await schedule_list.read_listing(client)
-        settled: dict[str, datetime | None] = {}
-        expected: dict[str, str] = {}
-        if pool is not None:
-            settled, expected = await _unchanged_by_list(
-                pool, definitions, listing, task_queue=task_queue
-            )
+        digests = {d.id: definition_digest(d, task_queue=task_queue) for d in definitions}
+        # One read of the list (a few pages for ten thousand schedules), and meanwhile what the
+        # last applies recorded: together they settle the schedules the list shows unchanged.
+        # The list also names the ones outside the file for --prune and the duplicate guard.
+        listing, records = await asyncio.gather(
+            schedule_list.read_listing(client), _records(pool, list(digests))
+        )
+        settled, expected = unchanged_by_list(digests, listing, records)
         if verify:
             settled = {}
         # The rest described concurrently (bounded): one by one, a file of a thousand
@@ -337,7 +335,12 @@ async def apply_definitions(
             else (defn, *plans[defn.id])
             for defn in definitions
         ]
-        _mark_finished(planned, now=datetime.now(UTC))
+        # A schedule the list shows with a fire ahead has one left, so it is not finished:
+        # judging each spec again cost an unchanged re-apply more than its whole list read.
+        _mark_finished(
+            [p for p in planned if p[0].id not in settled or settled[p[0].id] is None],
+            now=datetime.now(UTC),
+        )
         # New schedules, and updates that change what runs when: either may now duplicate a
         # schedule already in Temporal. (An update of other fields keeps what it was.)
         guarded = [
@@ -385,7 +388,7 @@ async def apply_definitions(
                             d.id,
                             c.next_fire,
                             d.heartbeat_grace,
-                            definition_digest(d, task_queue=task_queue),
+                            digests[d.id],
                         )
                         for d, c, _ in unchanged
                     ],
@@ -396,7 +399,7 @@ async def apply_definitions(
                         (
                             d.id,
                             desc.info.last_updated_at or desc.info.created_at,
-                            definition_digest(d, task_queue=task_queue),
+                            digests[d.id],
                             definition_json(d, task_queue=task_queue),
                         )
                         for d, desc in described
@@ -405,14 +408,7 @@ async def apply_definitions(
                 # With the history row above: the next apply finds these in the list alone.
                 await applied.record_schedules(
                     conn,
-                    [
-                        (
-                            d.id,
-                            definition_digest(d, task_queue=task_queue),
-                            described_listed_digest(desc),
-                        )
-                        for d, desc in described
-                    ],
+                    [(d.id, digests[d.id], described_listed_digest(desc)) for d, desc in described],
                 )
         for _, change, _ in unchanged:
             _log_change(change)
@@ -860,16 +856,33 @@ def _log_change(change: Change) -> None:
     )
 
 
-async def _unchanged_by_list(
-    pool: asyncpg.Pool,
-    definitions: list[ScheduleDefinition],
-    listing: dict[str, Listed],
-    *,
-    task_queue: str,
+@dataclass(frozen=True)
+class _Records:
+    """What the last applies recorded of the file's schedules."""
+
+    applied: dict[str, tuple[str, str]]
+    """Schedule id -> (definition digest, listed digest) at its last apply."""
+    latest: dict[str, str]
+    """Schedule id -> the digest of its latest definition history entry."""
+
+
+async def _records(pool: asyncpg.Pool | None, schedule_ids: list[str]) -> _Records:
+    if pool is None:
+        return _Records({}, {})
+    async with pool.acquire() as conn:
+        return _Records(
+            await applied.recorded_schedules(conn, schedule_ids),
+            await definition_history.latest_digests(conn, schedule_ids),
+        )
+
+
+def unchanged_by_list(
+    digests: dict[str, str], listing: dict[str, Listed], records: _Records
 ) -> tuple[dict[str, datetime | None], dict[str, str]]:
-    """The schedules of the file that need no describe, with their next fire from the list;
-    and for each schedule whose last apply recorded the file's definition, the listed digest
-    it recorded (a describe showing another spec finds an edit made outside cronwarden).
+    """The schedules of the file (id -> its definition digest) that need no describe, with
+    their next fire from the list; and for each schedule whose last apply recorded the file's
+    definition, the listed digest it recorded (a describe showing another spec finds an edit
+    made outside cronwarden).
 
     One is unchanged when all of these hold:
     - the list shows it, carrying cronwarden's managed marker;
@@ -883,23 +896,18 @@ async def _unchanged_by_list(
     list is eventually consistent, so an edit or a delete a moment before the apply may be
     found by the next one.
     """
-    ids = [defn.id for defn in definitions]
-    async with pool.acquire() as conn:
-        recorded = await applied.recorded_schedules(conn, ids)
-        latest = await definition_history.latest_digests(conn, ids)
     settled: dict[str, datetime | None] = {}
     expected: dict[str, str] = {}
-    for defn in definitions:
-        digest = definition_digest(defn, task_queue=task_queue)
-        record = recorded.get(defn.id)
+    for schedule_id, digest in digests.items():
+        record = records.applied.get(schedule_id)
         if record is None or record[0] != digest:
             continue
-        expected[defn.id] = record[1]
-        listed = listing.get(defn.id)
+        expected[schedule_id] = record[1]
+        listed = listing.get(schedule_id)
         if listed is None or listed.managed is not True:
             continue
-        if listed.listed_digest == record[1] and latest.get(defn.id) == digest:
-            settled[defn.id] = listed.next_fire
+        if listed.listed_digest == record[1] and records.latest.get(schedule_id) == digest:
+            settled[schedule_id] = listed.next_fire
     return settled, expected
 
 
