@@ -32,10 +32,11 @@ from temporalio.client import (
 )
 
 from cronwarden.activities.contract import format_fire_time
-from cronwarden.backfill.spec_history import Applied, segments
+from cronwarden.backfill.spec_history import ENDED, UNRECORDED, Applied, segments
 from cronwarden.backfill.window import Window
 from cronwarden.schedules.apply import NotManaged, describe_or_none, is_managed
-from cronwarden.schedules.inventory import no_such_schedule
+from cronwarden.schedules.inventory import action_memo, no_such_schedule
+from cronwarden.schedules.mapping import DEFINITION_MEMO, DIGEST_MEMO
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.preview import scratch_of_spec, scratch_schedule
 from cronwarden.store import definitions, outbox, pause_history
@@ -193,9 +194,14 @@ class Judged:
     deleted: bool = False
     """The part lies between two lives of the schedule id (after a recorded delete, before the
     next create): no fire was due in it."""
+    inferred: str | None = None
+    """`ended` (a life's end inferred from its last evidence) or `unrecorded` (Temporal's memo
+    of a definition whose row was lost): see `effective_history`."""
 
     @property
     def source(self) -> str:
+        if self.inferred is not None:
+            return self.inferred
         if self.deleted:
             return "deleted"
         return "history" if self.applied_at is not None else "live"
@@ -229,6 +235,8 @@ class Plan:
     (store/pause_history.py): held on purpose, not missing, and replayed only when asked."""
     pauses: list[Pause] = field(default_factory=list)
     """The operator pauses that overlap the window."""
+    held_included: bool = False
+    """The paused fires are among `missing` too, to be replayed (`--include-held`)."""
 
     def counts_json(self) -> dict[str, Any]:
         return {
@@ -239,6 +247,7 @@ class Plan:
             "missing": len(self.missing),
             "awaiting_jitter": len(self.awaiting_jitter),
             "paused_fires": len(self.paused),
+            "held_included": self.held_included,
             "pauses": [p.as_json() for p in self.pauses],
             "judged_by": [j.as_json() for j in self.judged],
         }
@@ -248,13 +257,14 @@ class Plan:
         return (
             judged_notes(self.judged)
             + awaiting_notes(len(self.awaiting_jitter))
-            + paused_notes(len(self.paused), self.pauses)
+            + paused_notes(len(self.paused), self.pauses, included=self.held_included)
         )
 
     def with_paused_as_missing(self) -> Plan:
-        """The plan with its paused fires counted missing (`backfill run --include-paused`)."""
+        """The plan with its paused fires counted missing too (`backfill run --include-held`);
+        they are still counted as paused, and `held_included` says they will be replayed."""
         merged = array("q", sorted(chain(self.missing, self.paused)))
-        return replace(self, missing=merged, paused=array("q"))
+        return replace(self, missing=merged, held_included=True)
 
     def missing_times(self) -> Iterator[datetime]:
         """One at a time: a replay of a whole year holds no datetime per key."""
@@ -275,8 +285,18 @@ def judged_notes(judged: Iterable[Judged]) -> list[str]:
     lines = []
     for j in judged:
         span = f"  {utc_text(j.window.start)} .. {utc_text(j.window.end)}"
-        if j.deleted:
+        if j.inferred == ENDED:
+            lines.append(
+                f"{span}: not planned: the schedule's life before ended at an unrecorded time "
+                "(deleted outside cronwarden, or a delete interrupted) after its last record"
+            )
+        elif j.deleted:
             lines.append(f"{span}: the schedule was deleted (recorded): nothing was due")
+        elif j.inferred == UNRECORDED:
+            lines.append(
+                f"{span}: judged by the definition Temporal holds (from its memo, written "
+                f"{utc_text_or_none(j.applied_at)}): its history row was lost"
+            )
         elif j.applied_at is None:
             lines.append(
                 f"{span}: no recorded definition, judged by the live schedule's spec "
@@ -285,12 +305,16 @@ def judged_notes(judged: Iterable[Judged]) -> list[str]:
     return lines
 
 
-def paused_notes(count: int, pauses: Iterable[Pause]) -> list[str]:
+def paused_notes(count: int, pauses: Iterable[Pause], *, included: bool = False) -> list[str]:
     if not count:
         return []
     lines = [
-        f"  paused: {count} fire(s) fell inside an operator pause: held on purpose, not "
-        "missing (`backfill run --include-paused` replays them too)"
+        f"  paused: {count} fire(s) fell inside an operator pause: held on purpose, "
+        + (
+            "replayed as asked (--include-held)"
+            if included
+            else "not missing (`backfill run --include-held` replays them too)"
+        )
     ]
     for p in pauses:
         until = utc_text(p.resumed_at) if p.resumed_at else "now"
@@ -377,7 +401,8 @@ class GoneSchedule:
 async def load_gone(conn: Any, schedule_id: str) -> GoneSchedule | None:
     """The id's recorded history, if it has one (None: it never was a cronwarden schedule)."""
     rows = await definitions.history(conn, schedule_id)
-    if not rows:
+    if not any(not deleted for _, _, _, deleted in rows):
+        # Nothing but delete rows: no definition says what its life ran.
         return None
     deletes = [at for at, _, _, deleted in rows if deleted]
     return GoneSchedule(schedule_id, deletes[-1] if deletes and rows[-1][3] else None)
@@ -432,9 +457,15 @@ async def plan_on(
     """
     now = datetime.now(UTC) if now is None else now
     result = Plan(schedule_id, window, expected=0, done=0, missing=array("q"))
+    parts = await _parts(client, conn, schedule_id, window, live, gone=gone)
     if not window.empty:
-        result.pauses = await pause_history.overlapping(conn, schedule_id, window.start, window.end)
-    for part in await _parts(client, conn, schedule_id, window, live, gone=gone):
+        # A pause up to the longest jitter after the window's end may still have held a fire
+        # of its last seconds (its start was due inside the pause).
+        reach = max((p.judged.jitter or timedelta(0) for p in parts), default=timedelta(0))
+        result.pauses = await pause_history.overlapping(
+            conn, schedule_id, window.start, window.end + reach
+        )
+    for part in parts:
         result.judged.append(part.judged)
         # The last nominal second whose jittered start must have come by now. Without jitter
         # every time asked for counts (the commands never ask past now).
@@ -474,15 +505,32 @@ _FOREVER = 2**62
 
 
 def _split_held(missing: list[int], held: list[tuple[int, int]], into: array[int]) -> list[int]:
-    """`missing` without the times inside a held span, which are appended to `into`. Pauses are
-    few and both lists ascend: one pass over the missing times."""
+    """`missing` without the times inside a held span, which are appended to `into`.
+
+    Both ascend, so one merge pass: the spans (overlapping ones joined) are cut out of the page
+    by bisection, a slice per span, whatever the number of pauses.
+    """
     kept: list[int] = []
-    for t in missing:
-        if any(first <= t <= last for first, last in held):
-            into.append(t)
-        else:
-            kept.append(t)
+    at = 0
+    for first, last in _joined(held):
+        lo = bisect_left(missing, first, at)
+        hi = bisect_right(missing, last, lo)
+        kept.extend(missing[at:lo])
+        into.extend(missing[lo:hi])
+        at = hi
+    kept.extend(missing[at:])
     return kept
+
+
+def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The spans sorted, overlapping ones joined (the jitter can widen one into the next)."""
+    joined: list[tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if joined and first <= joined[-1][1] + 1:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], last))
+        else:
+            joined.append((first, last))
+    return joined
 
 
 async def expected_pages(
@@ -546,15 +594,16 @@ async def _parts(
     has no jitter; otherwise a paused copy without jitter answers: of the recorded definition
     in force, or, for a part no recorded definition covers, of the live schedule's own spec.
     """
-    history = [Applied(*row) for row in await definitions.history(conn, schedule_id)]
+    if live is None and not gone:
+        live = await _describe(client, schedule_id)
+    history = await effective_history(client, conn, schedule_id, live)
     latest = history[-1] if history else None
     parts: list[_Part] = []
     for segment in segments(history, window):
         applied = segment.applied
         if applied is not None and applied.deleted:
-            parts.append(
-                _Part(Judged(segment.window, applied.applied_at, None, True), None, None, "")
-            )
+            judged = Judged(segment.window, applied.applied_at, None, True, applied.inferred)
+            parts.append(_Part(judged, None, None, ""))
             continue
         if applied is None:
             live = live or await _describe(client, schedule_id)
@@ -565,7 +614,7 @@ async def _parts(
             parts.append(_Part(judged, None, spec if spec.jitter else None, queue))
             continue
         defn = applied.rebuilt()
-        judged = Judged(segment.window, applied.applied_at, defn.jitter)
+        judged = Judged(segment.window, applied.applied_at, defn.jitter, inferred=applied.inferred)
         direct = False
         if applied is latest and defn.jitter is None and not gone:
             # The latest row should be what Temporal holds, but a write whose row was lost
@@ -574,6 +623,61 @@ async def _parts(
             direct = not live.schedule.spec.jitter
         parts.append(_Part(judged, None if direct else defn, None, applied.task_queue))
     return parts
+
+
+async def effective_history(
+    client: Client, conn: Any, schedule_id: str, live: ScheduleDescription | None
+) -> list[Applied]:
+    """The recorded history, corrected by what Temporal and the outbox prove, oldest first.
+
+    The rows can be wrong three ways, each from a command interrupted between its two writes
+    (or a change made outside cronwarden), and each would make a replay apply the wrong thing:
+
+    - a delete row later than the live schedule's creation: the schedule outlived it (a
+      delete that never reached Temporal). It is ignored, or every fire since would be judged
+      not due;
+    - a life that ended without a delete row (deleted in Temporal's UI, or a delete whose row
+      was never written), followed by a new creation or by nothing: the end is unknown, so the
+      old life is taken to end at its last evidence (its last row, or its last committed fire,
+      whichever is later). Fires after it are not planned: they may never have been due, and a
+      replay of one would apply the old life's job in a time no schedule held;
+    - the definition Temporal holds is not the latest row (an update or a create whose row was
+      lost): it is taken from the schedule's memo, as in force from Temporal's last write of
+      the schedule (its creation, if never updated), source `unrecorded`, so the keys since run
+      the definition Temporal ran them by, not the one before.
+    """
+    rows = [Applied(*row) for row in await definitions.history(conn, schedule_id)]
+    if live is None:
+        if rows and not rows[-1].deleted:
+            last_fire = await outbox.last_fire_time(conn, schedule_id, before=None)
+            rows.append(_ended(rows[-1], last_fire))
+        return rows
+    created = live.info.created_at
+    rows = [a for a in rows if not (a.deleted and a.applied_at > created)]
+    before = [a for a in rows if a.applied_at < created]
+    current = [a for a in rows if a.applied_at >= created]
+    if before and not before[-1].deleted:
+        before.append(
+            _ended(before[-1], await outbox.last_fire_time(conn, schedule_id, before=created))
+        )
+    if rows:
+        memo = await action_memo(client, live)
+        digest, definition = memo.get(DIGEST_MEMO), memo.get(DEFINITION_MEMO)
+        written_at = live.info.last_updated_at or created
+        if (
+            isinstance(digest, str)
+            and isinstance(definition, dict)
+            and (not current or current[-1].digest != digest)
+            and (not current or written_at > current[-1].applied_at)
+        ):
+            current.append(Applied(written_at, digest, definition, inferred=UNRECORDED))
+    return before + current
+
+
+def _ended(last: Applied, last_fire: datetime | None) -> Applied:
+    """A life's end where none was recorded: its last evidence."""
+    at = max(last.applied_at, last_fire) if last_fire is not None else last.applied_at
+    return Applied(at, "", {}, deleted=True, inferred=ENDED)
 
 
 async def _describe(client: Client, schedule_id: str) -> ScheduleDescription:

@@ -31,7 +31,7 @@ import asyncio
 import random
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -51,7 +51,7 @@ from cronwarden.activities.contract import (
 )
 from cronwarden.activities.jobs import InvalidArgs, JobRegistry, UnknownJob
 from cronwarden.backfill.plan import Judged, ManagedSchedule
-from cronwarden.backfill.spec_history import Applied
+from cronwarden.backfill.spec_history import UNRECORDED, Applied
 from cronwarden.logs import get_logger
 from cronwarden.schedules.mapping import execution_timeout, run_input
 from cronwarden.schedules.run_ids import replay_workflow_id
@@ -77,7 +77,8 @@ class RunDefinition:
     """The definition a replay runs: a recorded one (`history`) or the live schedule's."""
 
     source: str
-    """`history` or `current`."""
+    """`history`, `unrecorded` (Temporal's memo of a definition whose row was lost) or
+    `current`."""
     # Out of eq and hash: a definition is named by its source, applied_at and digest (the summary
     # counts keys per definition), and the input is a mutable dataclass that cannot be hashed.
     run_input: ScheduledRunInput = field(compare=False)
@@ -96,6 +97,11 @@ class RunDefinition:
     def text(self) -> str:
         if self.applied_at is None:
             return "the current definition"
+        if self.source == UNRECORDED:
+            return (
+                f"the definition Temporal holds since {utc_text(self.applied_at)} (digest "
+                f"{self.digest}; its history row was lost)"
+            )
         return f"the definition applied {utc_text(self.applied_at)} (digest {self.digest})"
 
 
@@ -206,7 +212,8 @@ class Definitions:
         # The digest recorded with the row, not one recomputed under today's mapping version:
         # it names the definition that judged the key.
         inp = replace(inp, definition_digest=applied.digest)
-        return RunDefinition(HISTORY, inp, execution_timeout(defn), applied_at, applied.digest)
+        source = UNRECORDED if applied.inferred == UNRECORDED else HISTORY
+        return RunDefinition(source, inp, execution_timeout(defn), applied_at, applied.digest)
 
 
 @dataclass(frozen=True)
@@ -326,9 +333,15 @@ async def replay_all(
     lock_wait: float,
     on_result: Callable[[ReplayResult], None] | None = None,
     definitions: Definitions | None = None,
+    held: Callable[[], Awaitable[str | None]] | None = None,
 ) -> Summary:
     """Replay each fire time once, at most `concurrency` at a time, waiting for every result.
-    Each runs the definition `definitions` gives for its time (the live one when not given)."""
+    Each runs the definition `definitions` gives for its time (the live one when not given).
+
+    `held` is asked before each key is started: a reason (the schedule was paused while the
+    replays ran) skips the key, and every key after it, unstarted: an operator's pause made
+    during a long backfill holds its replays too, not only the fires to come.
+    """
     summary = Summary()
     pending = iter(fire_times)
 
@@ -336,9 +349,15 @@ async def replay_all(
         # One shared iterator: each worker takes the next fire time when it is free, so at most
         # `concurrency` replays are in flight and none is started twice.
         for fire_time in pending:
-            result = await replay_one(
-                client, schedule, fire_time, lock_wait=lock_wait, definitions=definitions
-            )
+            reason = await held() if held is not None else None
+            if reason is not None:
+                key = logical_key(schedule.schedule_id, fire_time)
+                wid = replay_workflow_id(schedule.schedule_id, fire_time)
+                result = ReplayResult(key, wid, SKIPPED, reason)
+            else:
+                result = await replay_one(
+                    client, schedule, fire_time, lock_wait=lock_wait, definitions=definitions
+                )
             summary.add(result)
             if on_result is not None:
                 on_result(result)

@@ -24,6 +24,10 @@ _TIMEDELTA = TypeAdapter(timedelta)
 _MAPPING_KEYS = ("task_queue", "workflow", "mapping_version")
 
 
+ENDED = "ended"
+UNRECORDED = "unrecorded"
+
+
 @dataclass(frozen=True)
 class Applied:
     """One recorded apply of a definition."""
@@ -33,6 +37,10 @@ class Applied:
     definition: dict[str, Any]
     deleted: bool = False
     """A delete: the schedule's life ended here, no fire is due until the next row."""
+    inferred: str | None = None
+    """Not a row of the history: `ENDED` (a life's end where no delete was recorded) or
+    `UNRECORDED` (the definition Temporal holds, whose row was lost); see
+    backfill/plan.py `effective_history`."""
 
     def rebuilt(self) -> ScheduleDefinition:
         """The definition again, without the "can it still fire" check: it is history."""

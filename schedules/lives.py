@@ -4,45 +4,51 @@ A schedule id deleted and created again is two schedules to Temporal; their fire
 in every logical key. Without the end of the first life on record, `backfill plan` would judge
 the time between the two by the first life's last definition and list its fires as missed, and
 `backfill run` would apply them under the second life. So every delete cronwarden makes records
-a deleted row in `definition_history` first, at Temporal's clock read just before the delete
-(fires up to the delete itself were due, and are done or in flight: never planned away).
+a deleted row in `definition_history`, at Temporal's clock read just before the delete (fires
+up to the delete itself were due, and are done or in flight: never planned away).
+
+The row is written once Temporal has deleted the schedule, never before: a row ahead of a
+delete that then fails (or never happens, the command killed in between) would end a life that
+goes on, and hide its missed fires. A delete whose row is lost the other way (killed after the
+delete) is a life without a recorded end, which backfill infers from its last evidence
+(backfill/plan.py `effective_history`).
 """
 
 from __future__ import annotations
-
-import asyncio
 
 import asyncpg
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from cronwarden.schedules.inventory import describe_or_none
 from cronwarden.store import definitions
 
 
 async def delete_schedule(client: Client, pool: asyncpg.Pool | None, schedule_id: str) -> None:
-    """Delete the schedule in Temporal, recording the end of its life first (with a pool).
+    """Delete the schedule in Temporal, then record the end of its life (with a pool).
 
-    A delete Temporal refuses takes its row back: the life goes on. A schedule someone else
-    deleted meanwhile keeps the row, which is then a little late (after their delete), so the
-    seconds between are judged as the old life's: done or missed fires of it, listed as such.
-    A delete interrupted before Temporal answered keeps the row too: the schedule may be gone,
-    and a row that ends a life too early hides a few fires from plans (until the next apply
-    records the live definition again), where one missing would let a re-created schedule's
-    backfill replay the old life's fires.
+    Deleted by someone else meanwhile (not found) still records the end: the id's life is over,
+    and the time read before is after their delete, so the seconds between are judged as the
+    old life's (done or missed fires of it, listed as such). A delete whose answer was lost (a
+    timeout, the server unavailable) is looked up: gone, it is recorded; still there, the error
+    stands and nothing is recorded.
     """
     from cronwarden.backfill.window import temporal_now
 
-    at = None
-    if pool is not None:
-        at = await temporal_now(client)
-        async with pool.acquire() as conn:
-            await definitions.record_deleted(conn, schedule_id, at=at)
+    at = await temporal_now(client) if pool is not None else None
     try:
         await client.get_schedule_handle(schedule_id).delete()
     except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            return
-        if pool is not None and at is not None:
-            async with pool.acquire() as conn:
-                await asyncio.shield(definitions.forget_deleted(conn, schedule_id, at=at))
-        raise
+        if exc.status != RPCStatusCode.NOT_FOUND and (
+            exc.status not in _ANSWER_LOST or await describe_or_none(client, schedule_id)
+        ):
+            raise
+    if pool is not None and at is not None:
+        async with pool.acquire() as conn:
+            await definitions.record_deleted(conn, schedule_id, at=at)
+
+
+# Errors after which the delete may have been carried out all the same.
+_ANSWER_LOST = frozenset(
+    {RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED}
+)

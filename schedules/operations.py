@@ -22,7 +22,7 @@ from temporalio.client import Client
 from cronwarden.activities.contract import DIGEST_MEMO, logical_key
 from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
-from cronwarden.schedules.health import OPERATOR_NOTE
+from cronwarden.schedules.health import OPERATOR_NOTE, held_by_operator
 from cronwarden.schedules.inventory import (
     RecentRun,
     ScheduleView,
@@ -33,7 +33,7 @@ from cronwarden.schedules.inventory import (
 )
 from cronwarden.schedules.lives import delete_schedule
 from cronwarden.schedules.model import ScheduleDefinition
-from cronwarden.store import heartbeats
+from cronwarden.store import heartbeats, pause_history
 from cronwarden.times import utc_text_or_none
 
 log = get_logger("cronwarden.schedules")
@@ -86,6 +86,12 @@ async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> Sched
     async with pool.acquire() as conn:
         had_row = await heartbeats.lift_pause(conn, schedule_id, next_expected_at=guess)
     await client.get_schedule_handle(schedule_id).unpause(note="unpaused by operator")
+    if before.paused and held_by_operator(before.note):
+        # Temporal held the operator's pause until now, whatever the row said: a run of this
+        # command interrupted between its two writes lifted the row (and closed the recorded
+        # pause) early, and the fires between were held all the same, not missed.
+        async with pool.acquire() as conn:
+            await pause_history.extend_last(conn, schedule_id)
     after = await get_managed(client, schedule_id)
     next_fire = after.next_fire_times[0] if after.next_fire_times else None
     async with pool.acquire() as conn:

@@ -137,21 +137,11 @@ VALUES ($1, $2, '', '{}'::jsonb, true)
 ON CONFLICT (schedule_id, applied_at) DO NOTHING
 """
 
-# A delete Temporal refused: its row must not end a life that goes on.
-_FORGET_DELETED = """
-DELETE FROM cronwarden.definition_history
- WHERE schedule_id = $1 AND applied_at = $2 AND deleted
-"""
-
 
 async def record_deleted(conn: Any, schedule_id: str, *, at: datetime) -> None:
-    """Record that the schedule is deleted at `at` (Temporal's clock), before deleting it."""
+    """Record that the schedule was deleted at `at` (Temporal's clock, read before the delete),
+    once Temporal has deleted it (schedules/lives.py)."""
     await conn.execute(_RECORD_DELETED, schedule_id, at)
-
-
-async def forget_deleted(conn: Any, schedule_id: str, *, at: datetime) -> None:
-    """Take back `record_deleted` when the delete itself failed."""
-    await conn.execute(_FORGET_DELETED, schedule_id, at)
 
 
 # One row per schedule, its newest entry unless that is a delete: `schedules list` and `status`
@@ -171,12 +161,13 @@ async def latest_all(conn: Any) -> dict[str, dict[str, Any]]:
 
 
 _FIRST_APPLIED_AT = """
-SELECT min(applied_at) FROM cronwarden.definition_history WHERE schedule_id = $1
+SELECT min(applied_at) FROM cronwarden.definition_history WHERE schedule_id = $1 AND NOT deleted
 """
 
 
 async def first_applied_at(conn: Any, schedule_id: str) -> datetime | None:
-    """When the id's first recorded definition took effect (of its first known life)."""
+    """When the id's first recorded definition took effect (of its first known life); a
+    delete row alone says nothing of when the life it ended began."""
     first: datetime | None = await conn.fetchval(_FIRST_APPLIED_AT, schedule_id)
     return first
 

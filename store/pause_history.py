@@ -40,3 +40,22 @@ async def overlapping(conn: Any, schedule_id: str, start: datetime, end: datetim
     """The schedule's pauses that overlap [start, end], oldest first."""
     rows = await conn.fetch(_OVERLAPPING, schedule_id, start, end)
     return [Pause(r["paused_at"], r["resumed_at"], r["reason"]) for r in rows]
+
+
+# `schedules unpause` lifts the heartbeat row's pause first (closing the pause here, by the
+# trigger) and unpauses Temporal after. Interrupted in between, Temporal held the schedule on
+# until the command was run again: the pause is carried on to when Temporal really let go,
+# unless the row is paused again meanwhile (an open pause stands).
+_EXTEND_LAST = """
+UPDATE cronwarden.pause_history AS p
+   SET resumed_at = statement_timestamp()
+ WHERE p.schedule_id = $1
+   AND p.resumed_at IS NOT NULL
+   AND p.paused_at = (SELECT max(paused_at) FROM cronwarden.pause_history
+                       WHERE schedule_id = $1)
+"""
+
+
+async def extend_last(conn: Any, schedule_id: str) -> None:
+    """Carry the schedule's last closed pause on to now (see `_EXTEND_LAST`)."""
+    await conn.execute(_EXTEND_LAST, schedule_id)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -240,8 +241,16 @@ def backfill_run(
         bool,
         typer.Option(
             "--include-paused",
-            help="Replay the fires that fell inside operator pauses too, even while the schedule "
-            "is paused now (both refused without it).",
+            help="Replay even though the schedule is paused now (refused without it); the fires "
+            "its pauses held stay held unless --include-held.",
+        ),
+    ] = False,
+    include_held: Annotated[
+        bool,
+        typer.Option(
+            "--include-held",
+            help="Replay the fires that fell inside operator pauses too (held on purpose, so "
+            "skipped without it).",
         ),
     ] = False,
     with_current_definition: Annotated[
@@ -269,7 +278,7 @@ def backfill_run(
             p = await plan(
                 ctx.client, ctx.pool, ctx.schedule, requested.capped_to(cap), now=cap.now
             )
-            if include_paused and p.paused:
+            if include_held and p.paused:
                 # Asked for: the fires the operator's pauses held are replayed with the rest.
                 p = p.with_paused_as_missing()
             if not as_json:
@@ -286,7 +295,8 @@ def backfill_run(
                 return 0
             _confirm(len(p.missing), yes)
             chooser = await _definitions(ctx, p, with_current_definition)
-            summary = await _replay_with_progress(ctx, p, concurrency, lock_wait, chooser)
+            held = None if include_paused else _paused_meanwhile(ctx)
+            summary = await _replay_with_progress(ctx, p, concurrency, lock_wait, chooser, held)
         if as_json:
             emit_json(_run_json(p, cap, summary))
         else:
@@ -327,7 +337,8 @@ def _refuse_paused(schedule: ManagedSchedule, include_paused: bool) -> None:
     note = f' ("{state.note}")' if state.note else ""
     raise InvalidInput(
         f"schedule '{schedule.schedule_id}' is paused{note}: nothing replayed. Unpause it "
-        "first, or pass --include-paused to replay its missing fires while it stays paused"
+        "first, or pass --include-paused to replay the fires it missed while it stays paused "
+        "(the fires its pause holds stay held unless --include-held)"
     )
 
 
@@ -387,12 +398,13 @@ async def _definitions(ctx: Context, p: Plan, with_current: bool) -> Any:
     """Which definition each key's replay runs: the recorded one that judged its part of the
     window in the plan (backfill/replay.py `Definitions`)."""
     from cronwarden.activities.jobs import import_job_modules
+    from cronwarden.backfill.plan import effective_history
     from cronwarden.backfill.replay import Definitions
-    from cronwarden.backfill.spec_history import Applied
-    from cronwarden.store import definitions
 
+    live = ctx.live()
     async with ctx.pool.acquire() as conn:
-        history = [Applied(*row) for row in await definitions.history(conn, p.schedule_id)]
+        # The history as the plan judged by it, rows Temporal proves lost included.
+        history = await effective_history(ctx.client, conn, p.schedule_id, live.description)
     # The job modules `apply` checks against, when this host has them: each recorded definition
     # is checked the same way before its keys are replayed.
     modules = load_settings().job_modules()
@@ -400,8 +412,39 @@ async def _definitions(ctx: Context, p: Plan, with_current: bool) -> Any:
     return Definitions(ctx.live(), p.judged, history, with_current=with_current, registry=registry)
 
 
+def _paused_meanwhile(ctx: Context) -> Callable[[], Awaitable[str | None]]:
+    """Whether `schedules pause` held the schedule since the run began, read from its heartbeat
+    row at most once a second: an operator who pauses a schedule mid-backfill (a migration
+    starting) stops the replays not started yet, as the refusal would have at the start."""
+    from cronwarden.store import heartbeats
+
+    seen: list[Any] = [-1.0, None]
+
+    async def held() -> str | None:
+        now = time.monotonic()
+        if now - seen[0] >= 1.0:
+            seen[0] = now
+            async with ctx.pool.acquire() as conn:
+                beat = await heartbeats.get(conn, ctx.schedule.schedule_id)
+            seen[1] = (
+                f'the schedule was paused while the replays ran ("{beat["paused_reason"]}"): '
+                "not started; run the same command once it is unpaused"
+                if beat is not None and beat["paused"]
+                else None
+            )
+        reason: str | None = seen[1]
+        return reason
+
+    return held
+
+
 async def _replay_with_progress(
-    ctx: Context, p: Plan, concurrency: int, lock_wait: float, chooser: Any
+    ctx: Context,
+    p: Plan,
+    concurrency: int,
+    lock_wait: float,
+    chooser: Any,
+    held: Callable[[], Awaitable[str | None]] | None = None,
 ) -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -426,6 +469,7 @@ async def _replay_with_progress(
             lock_wait=lock_wait,
             on_result=lambda _: progress.advance(task),
             definitions=chooser,
+            held=held,
         )
 
 

@@ -118,6 +118,55 @@ async def test_a_v1_era_key_is_replayed_with_v1s_args_after_v2_changed_them(
         await handle.delete()
 
 
+async def test_an_update_whose_history_row_was_lost_is_replayed_with_temporals_definition(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    worker: Worker,
+    cli_env: dict[str, str],
+) -> None:
+    # v2 reached Temporal, its row never reached Postgres (an apply killed between the two, or
+    # Postgres down), and no apply ran since: the keys after Temporal's write run v2, taken
+    # from the schedule's memo, not v1's args.
+    v1 = definition(schedule_id, every="2s", args={"write": True})
+    v2 = definition(schedule_id, every="2s", args={"write": False})
+    handle, created_at = await apply_paused(client, pool, task_queue, v1)
+    try:
+        await wait_for(
+            lambda: clock_past(created_at + timedelta(seconds=5)), timeout=30, what="v1's fires"
+        )
+        await apply_definitions(client, None, [v2], task_queue=task_queue)
+        v2_at = (await handle.describe()).info.last_updated_at
+        assert v2_at is not None
+        assert len(await _history(pool, schedule_id)) == 1
+        await wait_for(
+            lambda: clock_past(v2_at + timedelta(seconds=5)), timeout=30, what="v2's fires"
+        )
+        end = v2_at + timedelta(seconds=4)
+        boundary = v2_at.replace(microsecond=0)
+        v1_era = [t for t in even_slots(created_at, end) if t <= boundary]
+        v2_era = [t for t in even_slots(created_at, end) if t > boundary]
+        assert len(v1_era) >= 2 and len(v2_era) >= 1
+
+        window = ["--start", iso(created_at - timedelta(minutes=1)), "--end", iso(end)]
+        report = await cli_json(
+            cli_env, "backfill", "run", schedule_id, *window, "--include-paused"
+        )
+        assert [j["source"] for j in report["judged_by"]] == ["history", "unrecorded"]
+        assert report["summary"] == _summary(len(v1_era) + len(v2_era))
+        digests = await _outbox_digests(pool, schedule_id)
+        assert digests == {t: v1.args_digest() for t in v1_era} | {
+            t: v2.args_digest() for t in v2_era
+        }
+        assert {d["source"]: d["keys"] for d in report["definitions"]} == {
+            "history": len(v1_era),
+            "unrecorded": len(v2_era),
+        }
+    finally:
+        await handle.delete()
+
+
 async def test_a_key_whose_recorded_job_is_not_the_live_one_is_skipped_unless_asked(
     client: Client,
     pool: asyncpg.Pool,
