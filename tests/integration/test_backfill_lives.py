@@ -321,3 +321,24 @@ async def test_an_unpause_interrupted_between_its_writes_still_holds_the_fires_u
         assert planned["paused_fires"] == len(even_slots(pause.paused_at, end)) >= 3
     finally:
         await handle.delete()
+
+
+async def test_a_pause_just_after_a_jittered_slot_holds_it_even_in_a_window_ending_there(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, cli_env: dict[str, str]
+) -> None:
+    # Slot t, a pause one second after it: t's start could be up to 3 s late, inside the pause,
+    # so t is held, also when the window asked for ends at t itself.
+    defn = definition(schedule_id, every="4s", jitter="3s")
+    handle, created_at = await apply_paused(client, pool, task_queue, defn)
+    try:
+        slot = datetime.fromtimestamp((int(created_at.timestamp()) // 4 + 2) * 4, UTC)
+        await _wait_past(slot + timedelta(seconds=1))
+        await operations.pause(client, pool, schedule_id, reason="ledger migration")
+        [pause] = await _pauses(pool, schedule_id)
+        assert slot < pause.paused_at < slot + timedelta(seconds=3), (slot, pause)
+        await _wait_past(slot + timedelta(seconds=5))
+        window = ["--start", iso(slot - timedelta(seconds=1)), "--end", iso(slot)]
+        planned = await cli_json(cli_env, "backfill", "plan", schedule_id, *window)
+        assert (planned["missing_keys"], planned["paused_fires"]) == ([], 1), planned
+    finally:
+        await handle.delete()
