@@ -85,11 +85,20 @@ class DeliveryPolicy:
 
 @dataclass
 class Lane:
-    """What one monitor process keeps of one sink between passes: its breaker and the largest
-    body it takes (lowered by every 413)."""
+    """What one monitor process keeps of one sink between passes: its breaker, the largest
+    body it takes (lowered by every 413), and the send no pass waits for (see `_deliver_sink`)."""
 
     breaker: Breaker
     limit: BodyLimit
+    hangs: bool = False
+    """Its last send got no answer in time (and nothing answered since)."""
+    unwaited: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def aclose(self) -> None:
+        """Stop the send still running on its own (its row's claim lapses: sent again later)."""
+        for task in self.unwaited:
+            task.cancel()
+        await asyncio.gather(*self.unwaited, return_exceptions=True)
 
 
 def new_lane(sink: Sink, policy: DeliveryPolicy) -> Lane:
@@ -121,6 +130,8 @@ class _Pass:
     policy: DeliveryPolicy
     metrics: Metrics
     deadline: float
+    kept: bool
+    """The lanes outlive this call (a monitor's): a send may run on without it."""
 
 
 async def deliver_due(
@@ -140,7 +151,7 @@ async def deliver_due(
     the breakers and limits kept between passes (None: fresh ones). Database errors propagate
     (once every lane has ended); sink errors never do."""
     kept: MutableMapping[str, Lane] = lanes if lanes is not None else {}
-    shared = _Pass(pool, http, claimer, policy, metrics, deadline)
+    shared = _Pass(pool, http, claimer, policy, metrics, deadline, kept=lanes is not None)
     results = await asyncio.gather(
         *(
             _deliver_sink(shared, sinks[name], lane_of(kept, sinks[name], policy))
@@ -158,7 +169,12 @@ async def _deliver_sink(run: _Pass, sink: Sink, lane: Lane) -> int:
     """One sink's lane: keep up to the breaker's allowance of sends in flight, claiming the
     sink's due rows as room frees up, until none is due, the batch is spent, the breaker opens
     or too little of the budget is left for another send. Sends in flight are awaited, never
-    abandoned: each is bounded by the deadline."""
+    abandoned: each is bounded by the deadline.
+
+    Except one: to a sink whose last send got no answer in time (a probe of an open breaker
+    included), the one send it is allowed runs on without the pass waiting for it, and its
+    outcome is recorded when it ends. A sink that hangs thus holds up a pass (and the scan of
+    the next) once, when it stops answering, not on every retry or probe after that."""
     policy = run.policy
     delivered = claimed = 0
     in_flight: set[asyncio.Task[bool]] = set()
@@ -167,7 +183,8 @@ async def _deliver_sink(run: _Pass, sink: Sink, lane: Lane) -> int:
     try:
         while True:
             now = time.monotonic()
-            room = lane.breaker.allowance(now, concurrency=policy.concurrency) - len(in_flight)
+            allowed = lane.breaker.allowance(now, concurrency=policy.concurrency)
+            room = allowed - len(in_flight) - len(lane.unwaited)
             enough_time = run.deadline - now >= policy.send_timeout * _MIN_SEND_SHARE
             if (
                 error is None
@@ -193,8 +210,12 @@ async def _deliver_sink(run: _Pass, sink: Sink, lane: Lane) -> int:
                 if rows and probing:
                     log.info("sink.breaker-probe", sink=sink.name, notification_id=rows[0].id)
                 claimed += len(rows)
+                suspect = run.kept and lane.hangs
                 for row in rows:
-                    in_flight.add(asyncio.create_task(_deliver_one(run, sink, lane, row)))
+                    if suspect:
+                        _run_unwaited(run, sink, lane, row)
+                    else:
+                        in_flight.add(asyncio.create_task(_deliver_one(run, sink, lane, row)))
                 continue
             if not in_flight:
                 break
@@ -213,6 +234,27 @@ async def _deliver_sink(run: _Pass, sink: Sink, lane: Lane) -> int:
     if error is not None:
         raise error
     return delivered
+
+
+def _run_unwaited(run: _Pass, sink: Sink, lane: Lane, row: notifications.Claimed) -> None:
+    """Send `row` on its own task, held by the lane (the next pass counts it in flight)."""
+
+    async def sending() -> None:
+        try:
+            await _deliver_one(run, sink, lane, row)
+        except Exception as exc:
+            # Recording its outcome failed (the database): the claim lapses and the row is
+            # sent again, as after a monitor killed mid-send.
+            log.error(
+                "notification.record-failed",
+                notification_id=row.id,
+                sink=row.sink,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
+    task = asyncio.create_task(sending())
+    lane.unwaited.add(task)
+    task.add_done_callback(lane.unwaited.discard)
 
 
 async def _deliver_one(run: _Pass, sink: Sink, lane: Lane, row: notifications.Claimed) -> bool:
@@ -249,6 +291,7 @@ async def _deliver_one(run: _Pass, sink: Sink, lane: Lane, row: notifications.Cl
             log=bound,
         )
         return False
+    lane.hangs = False
     if lane.breaker.succeeded():
         bound.info("sink.breaker-closed")
     async with asyncio.timeout(policy.database_timeout), run.pool.acquire() as conn:
@@ -263,6 +306,7 @@ def _judge(lane: Lane, exc: BaseException, *, sink: str, log: FilteringBoundLogg
     this page (it answered) counts as an answer; a bug of ours counts as neither."""
     if not isinstance(exc, SinkError):
         return
+    lane.hangs = exc.timed_out
     if not exc.sink_failed:
         lane.breaker.succeeded()
         return

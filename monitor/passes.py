@@ -166,6 +166,8 @@ class Monitor:
             self._pool = None
 
     async def close(self) -> None:
+        for lane in self.lanes.values():
+            await lane.aclose()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None

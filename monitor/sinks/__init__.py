@@ -50,6 +50,7 @@ class SinkError(Exception):
         permanent: bool = False,
         misconfigured: bool = False,
         too_large: bool = False,
+        timed_out: bool = False,
     ) -> None:
         super().__init__(message)
         self.permanent = permanent
@@ -58,6 +59,8 @@ class SinkError(Exception):
         """The sink's URL or credentials look wrong: retried, but an operator must act."""
         self.too_large = too_large
         """The sink refused the body's size (413): a smaller body may get through."""
+        self.timed_out = timed_out
+        """No answer within the send's deadline: the sink may hang."""
 
     @property
     def sink_failed(self) -> bool:
@@ -185,7 +188,7 @@ class Http:
                     timeout=httpx.Timeout(timeout),
                 )
         except TimeoutError:
-            raise SinkError(f"no answer within {round(timeout, 1):g}s") from None
+            raise SinkError(f"no answer within {round(timeout, 1):g}s", timed_out=True) from None
         except Exception as exc:
             raise SinkError(type(exc).__name__) from None
         if not 200 <= response.status_code < 300:

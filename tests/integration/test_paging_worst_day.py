@@ -118,6 +118,57 @@ async def test_a_black_holed_sink_never_holds_back_another_sinks_pages(
     assert len(pd_triggers(receiver)) == 41  # and PagerDuty got each page once
 
 
+async def test_a_sink_that_stopped_answering_holds_up_one_pass_not_every_retry(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    await stage(pool, schedule_id)
+    with Receiver() as pd:
+        settings: dict[str, Any] = {
+            "pagerduty_routing_key": ROUTING_KEY,
+            "pagerduty_url": pd.url("/pd"),
+            "monitor_breaker_failures": 100,  # the breaker stays closed: retries, no probes
+            **ALONE,
+        }
+        async with monitoring(database, receiver, **settings) as monitor:
+            receiver.hold.set()  # the webhook stops answering
+            await passes(monitor)  # its first unanswered send is waited for
+            [row] = await pending(pool, "webhook")
+            assert row["last_error"].startswith("no answer within") and not row["claimed_until"]
+            # From now on a send could hang far longer than the test: only its lane waits.
+            monitor.options = replace(
+                monitor.options, delivery=replace(monitor.options.delivery, send_timeout=60)
+            )
+            await due_now(pool)
+            await stage(pool, f"{schedule_id}-b")
+            await passes(monitor)  # returns while the webhook's retry is still unanswered
+            assert [r.status for r in receiver.at("/hook")] == [None, None]
+            retrying, untried = await pending(pool, "webhook")
+            assert retrying["claimed_until"] is not None and retrying["attempts"] == 2
+            assert untried["attempts"] == 0
+            await passes(monitor)  # the unanswered send still counts as the one in flight
+            assert len(receiver.at("/hook")) == 2
+            assert sorted(pd_triggers(pd)) == [
+                f"cronwarden:{schedule_id}",
+                f"cronwarden:{schedule_id}-b",
+            ]
+            receiver.release.set()  # the held requests are answered 503 now
+
+            async def recorded() -> bool:
+                rows = await pending(pool, "webhook")
+                return rows[0]["last_error"] == "HTTP 503" and rows[0]["claimed_until"] is None
+
+            await wait_for(recorded, timeout=30, what="the unwaited send's answer recorded")
+            receiver.hold.clear()
+
+            async def delivered() -> bool:
+                await due_now(pool)
+                await passes(monitor)
+                return await pending(pool, "webhook") == []
+
+            await wait_for(delivered, timeout=30, what="the webhook's pages once it answers")
+    assert sorted(b["schedule_id"] for b in events(receiver)) == [schedule_id, f"{schedule_id}-b"]
+
+
 async def test_a_sink_failing_for_ever_opens_its_breaker_and_its_pages_wait_undropped(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:
