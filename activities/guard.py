@@ -171,7 +171,9 @@ class GuardedRun:
                         wait_seconds=lease_wait_seconds(
                             inp.lock_wait_seconds,
                             scheduled=info.scheduled_time,
-                            attempt_scheduled=info.current_attempt_scheduled_time,
+                            # This attempt's start, not its scheduling: time it spent in the
+                            # job's queue waiting for a worker with the job is spent too.
+                            attempt_scheduled=info.started_time,
                         ),
                         per_key=inp.per_key_lease,
                     ),
@@ -446,9 +448,11 @@ class GuardedRun:
         done = await self._committed(inp.logical_key)
         if done is not None:
             return done
-        # During a rolling deploy an old worker may pick up a run for a job only the new
-        # workers have: retries go to any worker polling the queue, so only the run's last
-        # attempt decides that the job is really gone.
+        # Only a run started before per-job task queues gets here (its activity is on the
+        # schedule's queue, which every worker polls; today's runs wait in the job's own queue
+        # for a worker that has it). During a rolling deploy an old worker may pick up a run
+        # for a job only the new workers have: retries go to any worker polling the queue, so
+        # only the run's last attempt decides that the job is really gone.
         max_attempts = info.retry_policy.maximum_attempts if info.retry_policy else 1
         if max_attempts == 0 or info.attempt < max_attempts:
             log.warning("run.unknown-job-retrying", job=inp.job, max_attempts=max_attempts)
@@ -808,7 +812,8 @@ def lease_wait_seconds(
     """What is left of the run's wait for the lease at this attempt. Every retry of the activity
     carries the same input: without this each attempt could wait the whole of it again, and the
     run's execution timeout (one wait, then every attempt's job timeout) would cut the last job
-    short. Both times are Temporal's, so a skewed worker clock changes nothing."""
+    short. Both times are Temporal's, so a skewed worker clock changes nothing. The guard
+    passes the attempt's start as `attempt_scheduled`, so a wait in the job's queue counts."""
     spent = (attempt_scheduled - scheduled).total_seconds()
     return max(wait_seconds - max(spent, 0.0), 0.0)
 

@@ -3,6 +3,9 @@
 The key is built from the NOMINAL fire time (`TemporalScheduledStartTime`), not from when the
 workflow actually started: a fire that starts late after an outage, or a retry, names the same
 slot, which is what lets the outbox recognise it.
+
+The workflow runs on the schedule's task queue; the guarded activity goes to the job's own
+queue (workflows/job_queues.py), which only workers that have the job poll.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from cronwarden.activities.contract import (
@@ -28,6 +32,12 @@ with workflow.unsafe.imports_passed_through():
         parse_fire_time,
         per_key_lock_name,
     )
+    from cronwarden.activities.run_failures import RECORD_NO_WORKER, NoWorkerInput
+    from cronwarden.workflows.job_queues import (
+        NO_WORKER_WITH_JOB,
+        job_queue_problem,
+        job_task_queue,
+    )
 
     # Re-exported: schedules, backfill and tests build it from here.
     from cronwarden.workflows.run_input import ScheduledRunInput as ScheduledRunInput
@@ -40,6 +50,9 @@ ACTIVITY_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # overlap-locked outcome differently: a replay slept and tried again, and every fire slept 1, 2,
 # 4... s. Their histories hold those timers; a worker replaying them must make the same choices.
 LEASE_QUEUE_PATCH = "lease-queue"
+# Runs started before per-job task queues scheduled their activity on the schedule's own task
+# queue, where any worker could take it, with or without the job; their histories replay that way.
+JOB_QUEUES_PATCH = "job-task-queues"
 
 
 def run_retry_policy(max_attempts: int, non_retryable: Sequence[str] = ()) -> RetryPolicy:
@@ -93,20 +106,41 @@ class ScheduledRunWorkflow:
             else timeout
         )
         give_up_at = workflow.now() + waiting
+        job_queue = self._job_queue(inp)
+        # The wait for a worker with the job shares the run's waiting slack with the wait for
+        # the lease (the activity counts the time it spent queued against its lease wait): a
+        # run that starts still has every attempt's timeout inside its execution timeout.
+        no_worker_at = workflow.now() + timeout
         backoff = timedelta(seconds=1)  # only for runs started before the lease queue
         while True:
             # The activity waits for the lease itself (activities/lease.py), for as long as is
             # left of the wait; its start-to-close covers that wait plus the job's own timeout.
             left = max(give_up_at - workflow.now(), timedelta(0))
             activity_input.lock_wait_seconds = left.total_seconds()
-            outcome: RunOutcome = await workflow.execute_activity(
-                RUN_GUARDED,
-                activity_input,
-                result_type=RunOutcome,
-                start_to_close_timeout=timeout + left,
-                heartbeat_timeout=min(ACTIVITY_HEARTBEAT_TIMEOUT, timeout),
-                retry_policy=run_retry_policy(inp.max_attempts, NON_RETRYABLE_TYPES),
-            )
+            try:
+                outcome: RunOutcome = await workflow.execute_activity(
+                    RUN_GUARDED,
+                    activity_input,
+                    result_type=RunOutcome,
+                    task_queue=job_queue,
+                    # Waiting in the job's queue spends no attempt: Temporal counts one only
+                    # when a worker starts it. Unset (no bound but the run's) on the
+                    # schedule's queue, as before per-job queues.
+                    schedule_to_start_timeout=(
+                        max(no_worker_at - workflow.now(), timedelta(seconds=1))
+                        if job_queue
+                        else None
+                    ),
+                    start_to_close_timeout=timeout + left,
+                    heartbeat_timeout=min(ACTIVITY_HEARTBEAT_TIMEOUT, timeout),
+                    retry_policy=run_retry_policy(inp.max_attempts, NON_RETRYABLE_TYPES),
+                )
+            except ActivityError as exc:
+                if job_queue and _never_started(exc):
+                    error = _no_worker_with_job(key, inp, job_queue)
+                    await self._record_no_worker(inp, key, error.message)
+                    raise error from exc
+                raise
             if outcome.outcome != OVERLAP_LOCKED or inp.overlap != "buffer_one":
                 return outcome
             lease_queue = workflow.patched(LEASE_QUEUE_PATCH)
@@ -143,6 +177,35 @@ class ScheduledRunWorkflow:
         return min(backoff * 2, timedelta(seconds=30))
 
     @staticmethod
+    async def _record_no_worker(inp: ScheduledRunInput, key: str, error: str) -> None:
+        """Have a worker on the schedule's queue record why the run failed (no guarded activity
+        ran to do it). Best effort: the run fails with the same error either way."""
+        try:
+            await workflow.execute_activity(
+                RECORD_NO_WORKER,
+                NoWorkerInput(inp.schedule_id, key, inp.job, error, replay=inp.replay),
+                start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=timedelta(minutes=2),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+        except ActivityError:
+            workflow.logger.warning("could not record the failure of %s", key)
+
+    @staticmethod
+    def _job_queue(inp: ScheduledRunInput) -> str | None:
+        """The job's activity task queue; None for a run started before per-job queues (its
+        activity goes to the schedule's queue, the workflow's own)."""
+        if not workflow.patched(JOB_QUEUES_PATCH):
+            return None
+        task_queue = workflow.info().task_queue
+        problem = job_queue_problem(task_queue, inp.job)
+        if problem is not None:
+            # No worker could ever poll such a queue (a worker refuses to start with the job),
+            # and Temporal would refuse the command: fail the run with the reason instead.
+            raise ApplicationError(problem, type=NO_WORKER_WITH_JOB, non_retryable=True)
+        return job_task_queue(task_queue, inp.job)
+
+    @staticmethod
     def _fire_time(inp: ScheduledRunInput) -> datetime:
         if inp.fire_time:
             try:
@@ -164,6 +227,27 @@ class ScheduledRunWorkflow:
                 non_retryable=True,
             )
         return nominal
+
+
+def _never_started(exc: ActivityError) -> bool:
+    """The activity timed out waiting in its queue: no worker took it (Temporal does not retry
+    a schedule-to-start timeout)."""
+    cause = exc.cause
+    return isinstance(cause, ActivityTimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
+
+
+def _no_worker_with_job(key: str, inp: ScheduledRunInput, job_queue: str) -> ApplicationError:
+    # "No worker with the job" is the usual reason; workers that all stayed busy for the whole
+    # wait are the other one (schedules/pollers.py tells them apart).
+    return ApplicationError(
+        f"no worker with job '{inp.job}' took {key} within {inp.timeout_seconds:g}s (its "
+        f"timeout) from task queue '{job_queue}': none polls it, or every one that does was "
+        f"busy, so nothing ran. Start a worker whose CRONWARDEN_JOBS registers '{inp.job}' "
+        "(or give the workers more CRONWARDEN_MAX_CONCURRENT_RUNS), then replay the key with "
+        "`backfill run`",
+        type=NO_WORKER_WITH_JOB,
+        non_retryable=True,
+    )
 
 
 def _overlap_timeout(key: str, outcome: RunOutcome, inp: ScheduledRunInput) -> ApplicationError:

@@ -230,13 +230,14 @@ async def test_bad_args_fail_without_retrying(
 
 
 async def test_an_unknown_job_is_retried_and_fails_for_good_on_the_last_attempt(
-    client: Client, task_queue: str, worker: Worker, schedule_id: str
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
 ) -> None:
-    # Retries may land on another worker that has the job (a rolling deploy); when none has
-    # it, the last attempt fails non-retryably.
-    handle = await start_run(client, task_queue, schedule_id, job="no-such-job", max_attempts=2)
-    with pytest.raises(WorkflowFailureError) as failed:
-        await handle.result()
+    # A run started before per-job task queues: retries may land on another worker that has
+    # the job (a rolling deploy); when none has it, the last attempt fails non-retryably.
+    async with in_process_worker(client, pool, task_queue, before_job_queues=True):
+        handle = await start_run(client, task_queue, schedule_id, job="no-such-job", max_attempts=2)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
     assert failure_type(failed.value) == "UnknownJob"
     # Temporal records only the last attempt's start event: the run failed on attempt 2.
     assert await attempts_started(handle) == [2]
@@ -250,7 +251,7 @@ async def test_a_replay_of_a_done_key_on_a_worker_without_the_job_is_already_don
     registry = JobRegistry()
     registry.register(REGISTRY.get("noop-digest"))
     other_queue = f"{task_queue}-old"
-    async with in_process_worker(client, pool, other_queue, registry):
+    async with in_process_worker(client, pool, other_queue, registry, before_job_queues=True):
         again = await start_run(client, other_queue, schedule_id, max_attempts=1)
         assert (await again.result()).outcome == ALREADY_DONE
     beat = await fetch(
@@ -498,16 +499,17 @@ async def test_a_failing_replay_records_its_error_apart_from_the_live_schedules(
 async def test_a_replay_on_a_worker_without_the_job_fails_and_leaves_the_schedule_running(
     client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
 ) -> None:
-    # The orphan path pauses a schedule whose live fire lands on a worker without its job. A
-    # replay is no live fire (it may be started against another deployment): it fails, with
-    # its error recorded as the replay's, and the live schedule keeps running.
+    # The orphan path (runs started before per-job task queues) pauses a schedule whose live
+    # fire lands on a worker without its job. A replay is no live fire (it may be started
+    # against another deployment): it fails, with its error recorded as the replay's, and the
+    # live schedule keeps running.
     await apply_definitions(client, pool, [yearly_definition(schedule_id)], task_queue=task_queue)
     schedule = client.get_schedule_handle(schedule_id)
     registry = JobRegistry()
     registry.register(REGISTRY.get("noop-digest"))
     other_queue = f"{task_queue}-old"
     try:
-        async with in_process_worker(client, pool, other_queue, registry):
+        async with in_process_worker(client, pool, other_queue, registry, before_job_queues=True):
             replay = await start_run(client, other_queue, schedule_id, max_attempts=1, replay=True)
             with pytest.raises(WorkflowFailureError) as failed:
                 await replay.result()

@@ -662,8 +662,10 @@ async def test_operations_leave_a_schedule_cronwarden_did_not_create_alone(
 async def test_a_run_whose_job_is_gone_pauses_the_schedule_and_keeps_paging(
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, managed: str
 ) -> None:
+    # A run started before per-job task queues (the orphan path); today's runs wait for a
+    # worker with the job instead (tests/integration/test_job_queues.py).
     handle = client.get_schedule_handle(managed)
-    async with in_process_worker(client, pool, task_queue, without_probe()):
+    async with in_process_worker(client, pool, task_queue, without_probe(), before_job_queues=True):
         await handle.trigger()
 
         async def paused() -> bool:
@@ -710,12 +712,12 @@ def without_probe() -> JobRegistry:
 async def test_a_retry_on_a_worker_that_has_the_job_commits_and_leaves_the_schedule_running(
     client: Client, pool: asyncpg.Pool, task_queue: str, apply_one: ApplyOne, schedule_id: str
 ) -> None:
-    # A rolling deploy: the old worker (without the job) takes the first attempt; the retry
-    # lands on the new worker.
+    # A rolling deploy of a release before per-job task queues: the old worker (without the
+    # job) takes the first attempt; the retry lands on the new worker.
     handle = await apply_one(yearly_definition(schedule_id, max_attempts=10))
     async with AsyncExitStack() as workers:
         old = await workers.enter_async_context(
-            in_process_worker(client, pool, task_queue, without_probe())
+            in_process_worker(client, pool, task_queue, without_probe(), before_job_queues=True)
         )
         await handle.trigger()
 

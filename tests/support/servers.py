@@ -39,14 +39,22 @@ def embedded_temporal(root: Path, *, persisted: bool = False) -> EmbeddedTempora
 
 
 def in_process_worker(
-    client: Client, pool: asyncpg.Pool, task_queue: str, registry: JobRegistry = REGISTRY
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    registry: JobRegistry = REGISTRY,
+    *,
+    before_job_queues: bool = False,
 ) -> Worker:
+    """`before_job_queues`: a worker as released before per-job task queues, for the path the
+    runs it starts still take (their activity on the schedule's queue, for any worker)."""
     return build_worker(
         client=client,
         pool=pool,
         registry=registry,
         task_queue=task_queue,
         graceful_shutdown=timedelta(seconds=5),
+        before_job_queues=before_job_queues,
     )
 
 
