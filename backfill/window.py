@@ -190,3 +190,24 @@ def _ceil_second(value: datetime) -> datetime:
     if value.microsecond == 0:
         return value
     return value.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def within_horizon(
+    window: Window, *, now: datetime, retention: timedelta, past_horizon: bool
+) -> Window:
+    """The part of `window` whose outbox records are surely still kept (CRONWARDEN_OUTBOX_RETENTION
+    back from `now`): the whole window when it lies inside; with `past_horizon` the part inside
+    (possibly empty); otherwise InvalidInput (exit 2). Before the horizon a fire's record may have
+    been dropped with its month, so "no record" no longer means "never ran"."""
+    horizon = _ceil_second(now - retention)
+    if window.start >= horizon:
+        return window
+    if not past_horizon:
+        raise InvalidInput(
+            f"the window starts at {utc_text(window.start)}, before the outbox's dedupe horizon "
+            f"({utc_text(horizon)}, CRONWARDEN_OUTBOX_RETENTION back from now): a fire there may "
+            "have committed and its record been dropped since, so a replay could not be "
+            "deduplicated; start at the horizon, or pass --past-horizon to plan it anyway "
+            "(keys before the horizon are never replayed)"
+        )
+    return Window(horizon, window.end)

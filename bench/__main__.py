@@ -37,6 +37,7 @@ MODULES = (
     "paging",
     "status_page",
     "apply_scale",
+    "outbox_scale",
     "fire_lag",
     "scale",
 )
@@ -142,6 +143,8 @@ async def run(args: argparse.Namespace) -> int:
         return 2
     # Only what goes wrong: `apply` alone logs one line per schedule.
     configure(level="WARNING")
+    if args.full:
+        os.environ["CRONWARDEN_BENCH_FULL"] = "1"  # read by bench/outbox_scale.py
     load = os.getloadavg()
     started = datetime.now(UTC)
     modules: list[tuple[str, ModuleType]] = []
@@ -191,6 +194,7 @@ def main() -> None:
         "--repeat", type=int, help=f"timed runs per figure (default {DEFAULT_REPEAT}, quick 1)"
     )
     parser.add_argument("--write-results", action="store_true", help="write bench/RESULTS.md")
+    parser.add_argument("--full", action="store_true", help="outbox_scale at 100M rows, not 10M")
     sys.exit(asyncio.run(run(parser.parse_args())))
 
 

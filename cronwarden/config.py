@@ -69,6 +69,10 @@ class SecretFileSource(PydanticBaseSettingsSource):
         return found
 
 
+# The shortest dedupe horizon allowed, here and in drop_outbox_partitions (migration 0019).
+OUTBOX_RETENTION_FLOOR = timedelta(days=7)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="CRONWARDEN_", env_file=".env", extra="ignore", frozen=True
@@ -149,6 +153,12 @@ class Settings(BaseSettings):
     """How long resolved incidents and settled (delivered or given up) notifications are kept
     before the monitor deletes them: a duration as in schedule files (`90d`, `720h`), at least
     a day."""
+    outbox_retention: timedelta = timedelta(days=400)
+    """The dedupe horizon: how long a fire's outbox record is kept, so how long a replay of it is
+    known done (a duration as in schedule files, at least 7d). Records go a whole month at a
+    time once the month ended longer ago than this; `backfill` and `audit` refuse a window
+    reaching further back. The default is Temporal's default catchup window (a year) and a
+    month's margin: set it above the longest catchup window a schedule uses."""
     monitor_sink_concurrency: int = Field(default=1, ge=1, le=64)
     """Deliveries in flight at once to one sink that answers. Above 1, pages of different
     schedules may reach the sink out of order (a schedule's own pages never do)."""
@@ -203,6 +213,19 @@ class Settings(BaseSettings):
             value = parse_duration(value)
         if isinstance(value, timedelta) and value < timedelta(days=1):
             raise ValueError("must be at least 1d: a page's record would go before anyone read it")
+        return value
+
+    @field_validator("outbox_retention", mode="before")
+    @classmethod
+    def _outbox_horizon(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = parse_duration(value)
+        if isinstance(value, timedelta) and value < OUTBOX_RETENTION_FLOOR:
+            # The partition functions refuse a shorter horizon too (migration 0019).
+            raise ValueError(
+                "must be at least 7d: a run retried or replayed after its record went could "
+                "apply its key twice"
+            )
         return value
 
     @model_validator(mode="after")

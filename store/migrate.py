@@ -15,12 +15,14 @@ from importlib import resources
 import asyncpg
 
 from cronwarden.errors import CronwardenError
+from cronwarden.store import outbox_partitions
 
 # Arbitrary but fixed: the key every cronwarden process locks before touching the schema.
 MIGRATION_LOCK_KEY = 0x63726F6E77617264  # "cronward"
 # The application name of a `migrate --check` connection, so a waiting init container can be
 # told apart from the workers in pg_stat_activity.
 CHECK_APPLICATION_NAME = "cronwarden-migrate-check"
+LOCK_POLL_SECONDS = 0.2
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
@@ -49,6 +51,15 @@ $$;
 """
 
 
+# Migrations that must not stop commits for longer than an instant: each has a step run first,
+# outside any transaction (builds and scans under locks that let writes through), and its own
+# transaction starts with a short lock timeout and is tried again when it runs out, so commits
+# queue behind its ACCESS EXCLUSIVE lock for at most that long at a time.
+ONLINE_PREPARATIONS = {19: outbox_partitions.prepare_conversion}
+ONLINE_LOCK_TIMEOUT = "2s"
+ONLINE_ATTEMPTS = 30
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -74,15 +85,24 @@ def available_migrations() -> list[Migration]:
     return found
 
 
-async def migrate(conn: asyncpg.Connection) -> list[Migration]:
-    """Apply every pending migration; returns the ones this call applied."""
+async def migrate(conn: asyncpg.Connection, *, through: int | None = None) -> list[Migration]:
+    """Apply every pending migration (up to version `through`, for tests that need an older
+    schema); returns the ones this call applied."""
     applied_now: list[Migration] = []
-    await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+    # Polled, not waited for: a session waiting inside `pg_advisory_lock` is a transaction in
+    # progress, which a CREATE INDEX CONCURRENTLY of the holder (an online migration) waits
+    # out, while it waits for the holder: a deadlock.
+    while True:
+        if await conn.fetchval("SELECT pg_try_advisory_lock($1)", MIGRATION_LOCK_KEY):
+            break
+        await asyncio.sleep(LOCK_POLL_SECONDS)
     try:
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS cronwarden;\n{LEDGER_DDL}")
         rows = await conn.fetch("SELECT version, name, checksum FROM cronwarden.schema_migrations")
         done = {r["version"]: r for r in rows}
         for migration in available_migrations():
+            if through is not None and migration.version > through:
+                break
             row = done.get(migration.version)
             if row is not None:
                 if row["checksum"] != migration.checksum:
@@ -93,20 +113,50 @@ async def migrate(conn: asyncpg.Connection) -> list[Migration]:
                         "was applied; add a new migration instead"
                     )
                 continue
-            async with conn.transaction():
-                await conn.execute(migration.sql)
-                await conn.execute(
-                    "INSERT INTO cronwarden.schema_migrations (version, name, checksum)"
-                    " VALUES ($1, $2, $3)",
-                    migration.version,
-                    migration.name,
-                    migration.checksum,
-                )
+            prepare = ONLINE_PREPARATIONS.get(migration.version)
+            if prepare is None:
+                await _apply(conn, migration)
+            else:
+                await prepare(conn)
+                await _apply_online(conn, migration)
             applied_now.append(migration)
+        if through is None:
+            # Every migrate makes sure the outbox's months ahead exist (the monitor does too).
+            await outbox_partitions.create_ahead(conn)
         await conn.execute(RUNTIME_EXCEPTIONS)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
     return applied_now
+
+
+async def _apply(conn: asyncpg.Connection, migration: Migration, *, lock_timeout: str = "") -> None:
+    async with conn.transaction():
+        if lock_timeout:
+            await conn.execute(f"SET LOCAL lock_timeout = '{lock_timeout}'")
+        await conn.execute(migration.sql)
+        await conn.execute(
+            "INSERT INTO cronwarden.schema_migrations (version, name, checksum)"
+            " VALUES ($1, $2, $3)",
+            migration.version,
+            migration.name,
+            migration.checksum,
+        )
+
+
+async def _apply_online(conn: asyncpg.Connection, migration: Migration) -> None:
+    for attempt in range(ONLINE_ATTEMPTS):
+        try:
+            await _apply(conn, migration, lock_timeout=ONLINE_LOCK_TIMEOUT)
+            return
+        except asyncpg.LockNotAvailableError:
+            # Rolled back whole; commits that queued behind the wait go on meanwhile.
+            if attempt == ONLINE_ATTEMPTS - 1:
+                raise CronwardenError(
+                    f"migration {migration.version:04d}_{migration.name} could not take its "
+                    f"locks in {ONLINE_ATTEMPTS} tries of {ONLINE_LOCK_TIMEOUT}: a transaction "
+                    "holds cronwarden.outbox for long (see pg_stat_activity); run migrate again"
+                ) from None
+            await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
 
 
 async def pending_migrations(conn: asyncpg.Connection) -> list[Migration]:

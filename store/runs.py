@@ -38,7 +38,9 @@ WITH fence AS (
             worker, args_digest, workflow_id, run_id)
     SELECT $3, $4, $5, $6::jsonb, statement_timestamp(), $7, fence.token, $8, $9, $10, $11
       FROM fence
-    ON CONFLICT (logical_key) DO NOTHING
+    -- The one unique index is (logical_key, fire_time) (partitioned by fire time, migration
+    -- 0019); no arbiter named, so the statement reads the same on an outbox not yet converted.
+    ON CONFLICT DO NOTHING
     RETURNING o.logical_key
 ), beat AS (
     -- UPDATE only, never an upsert: rows are created by `schedules apply` and removed by

@@ -160,6 +160,91 @@ END
 $$;
 
 --
+-- Name: create_outbox_partitions(timestamp with time zone); Type: FUNCTION; Schema: cronwarden; Owner: -
+--
+
+CREATE FUNCTION cronwarden.create_outbox_partitions(p_until timestamp with time zone) RETURNS SETOF text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '2s'
+    AS $$
+DECLARE
+    -- Months are counted in UTC, as timestamps without a zone: a month added to a timestamptz
+    -- follows the session's time zone.
+    m timestamp := date_trunc('month', now() AT TIME ZONE 'UTC');
+    covered timestamptz;
+    name text;
+BEGIN
+    IF p_until > now() + interval '2 years' THEN
+        RAISE EXCEPTION 'partitions are created at most two years ahead, not through %', p_until;
+    END IF;
+    SELECT max(cronwarden.outbox_partition_end(c.relname)) INTO covered
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = 'cronwarden.outbox'::regclass
+       AND c.relnamespace = 'cronwarden_outbox'::regnamespace
+       AND c.relname LIKE 'outbox\_before\_%';
+    WHILE m AT TIME ZONE 'UTC' <= p_until LOOP
+        name := 'outbox_' || to_char(m, 'YYYY_MM');
+        IF (covered IS NULL OR m AT TIME ZONE 'UTC' >= covered)
+           AND to_regclass('cronwarden_outbox.' || quote_ident(name)) IS NULL THEN
+            BEGIN
+                EXECUTE format('CREATE TABLE cronwarden_outbox.%I'
+                               ' (LIKE cronwarden.outbox INCLUDING DEFAULTS)', name);
+                -- Scans the default partition (under its lock) for rows of this month: there
+                -- are none unless a fire committed more than the months ahead early.
+                EXECUTE format('ALTER TABLE cronwarden.outbox ATTACH PARTITION'
+                               ' cronwarden_outbox.%I FOR VALUES FROM (%L) TO (%L)',
+                               name, m AT TIME ZONE 'UTC',
+                               (m + interval '1 month') AT TIME ZONE 'UTC');
+                RETURN NEXT name;
+            EXCEPTION WHEN lock_not_available OR check_violation THEN
+                -- Nothing is lost: that month's commits land in the default partition until a
+                -- later call attaches the month (never, if the default holds its rows).
+                RAISE WARNING 'outbox partition % not created now: %', name, SQLERRM;
+            END;
+        END IF;
+        m := m + interval '1 month';
+    END LOOP;
+END
+$$;
+
+--
+-- Name: drop_outbox_partitions(interval); Type: FUNCTION; Schema: cronwarden; Owner: -
+--
+
+CREATE FUNCTION cronwarden.drop_outbox_partitions(p_horizon interval) RETURNS SETOF text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    SET lock_timeout TO '1s'
+    AS $$
+DECLARE
+    part record;
+BEGIN
+    IF p_horizon < interval '7 days' THEN
+        RAISE EXCEPTION 'the outbox horizon is at least 7 days, not %', p_horizon;
+    END IF;
+    FOR part IN
+        SELECT c.relname, cronwarden.outbox_partition_end(c.relname) AS ends
+          FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'cronwarden.outbox'::regclass
+           AND c.relnamespace = 'cronwarden_outbox'::regnamespace
+           AND cronwarden.outbox_partition_end(c.relname) <= now() - p_horizon
+         ORDER BY 2
+    LOOP
+        BEGIN
+            EXECUTE format('ALTER TABLE cronwarden.outbox DETACH PARTITION cronwarden_outbox.%I',
+                           part.relname);
+            EXECUTE format('DROP TABLE cronwarden_outbox.%I', part.relname);
+            RETURN NEXT part.relname;
+        EXCEPTION WHEN lock_not_available THEN
+            RAISE WARNING 'outbox partition % not dropped now: %', part.relname, SQLERRM;
+            RETURN;
+        END;
+    END LOOP;
+END
+$$;
+
+--
 -- Name: heartbeats_record_pause(); Type: FUNCTION; Schema: cronwarden; Owner: -
 --
 
@@ -207,6 +292,23 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+--
+-- Name: outbox_partition_end(text); Type: FUNCTION; Schema: cronwarden; Owner: -
+--
+
+CREATE FUNCTION cronwarden.outbox_partition_end(p_name text) RETURNS timestamp with time zone
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    SELECT CASE
+        WHEN p_name ~ '^outbox_before_[0-9]{4,}_[0-9]{2}$'
+            THEN to_timestamp(substr(p_name, 15) || '_01', 'YYYY_MM_DD')::timestamp
+                 AT TIME ZONE 'UTC'
+        WHEN p_name ~ '^outbox_[0-9]{4,}_[0-9]{2}$'
+            THEN (to_timestamp(substr(p_name, 8) || '_01', 'YYYY_MM_DD')::timestamp
+                  + interval '1 month') AT TIME ZONE 'UTC'
+    END
+$_$;
 
 --
 -- Name: applied_files; Type: TABLE; Schema: cronwarden; Owner: -
@@ -423,7 +525,8 @@ CREATE TABLE cronwarden.outbox (
     args_digest text NOT NULL,
     workflow_id text,
     run_id text
-);
+)
+PARTITION BY RANGE (fire_time);
 
 --
 -- Name: pause_history; Type: TABLE; Schema: cronwarden; Owner: -
@@ -519,13 +622,6 @@ ALTER TABLE ONLY cronwarden.notifications
     ADD CONSTRAINT notifications_pkey PRIMARY KEY (id);
 
 --
--- Name: outbox outbox_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
---
-
-ALTER TABLE ONLY cronwarden.outbox
-    ADD CONSTRAINT outbox_pkey PRIMARY KEY (logical_key);
-
---
 -- Name: pause_history pause_history_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
 --
 
@@ -606,10 +702,16 @@ CREATE INDEX notifications_pending_by_key ON cronwarden.notifications USING btre
 CREATE INDEX notifications_settled ON cronwarden.notifications USING btree (COALESCE(delivered_at, dead_at));
 
 --
+-- Name: outbox_logical_key_fire_time; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE UNIQUE INDEX outbox_logical_key_fire_time ON ONLY cronwarden.outbox USING btree (logical_key, fire_time);
+
+--
 -- Name: outbox_schedule_fire_time; Type: INDEX; Schema: cronwarden; Owner: -
 --
 
-CREATE INDEX outbox_schedule_fire_time ON cronwarden.outbox USING btree (schedule_id, fire_time);
+CREATE INDEX outbox_schedule_fire_time ON ONLY cronwarden.outbox USING btree (schedule_id, fire_time);
 
 --
 -- Name: pause_history_open; Type: INDEX; Schema: cronwarden; Owner: -

@@ -60,6 +60,15 @@ End = Annotated[
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+PastHorizon = Annotated[
+    bool,
+    typer.Option(
+        "--past-horizon",
+        help="Accept a window reaching back past the outbox's dedupe horizon "
+        "(CRONWARDEN_OUTBOX_RETENTION): refused without it. Keys before the horizon are "
+        "listed, never replayed.",
+    ),
+]
 
 
 @dataclass
@@ -137,6 +146,25 @@ def _window(start: str, end: str) -> Window:
     )
 
 
+def _horizon(requested: Window, past_horizon: bool) -> Window:
+    """The part of the window a replay may take (see `within_horizon`); refuses a window past
+    the horizon without --past-horizon, and says so when it cuts one."""
+    from cronwarden.backfill.window import within_horizon
+
+    kept = within_horizon(
+        requested,
+        now=datetime.now(UTC),
+        retention=load_settings().outbox_retention,
+        past_horizon=past_horizon,
+    )
+    if kept != requested:
+        err.print(
+            f"fires before {utc_text(kept.start)} are past the outbox's dedupe horizon: their "
+            "records may be gone, so they are never replayed"
+        )
+    return kept
+
+
 def plan_json(p: Plan, cap: DueCap | None = None) -> dict[str, Any]:
     """The plan's `--json` document; its key list is an iterator, formatted as it is written."""
     capped = {"cap": cap.as_json()} if cap is not None else {}
@@ -194,13 +222,20 @@ def _print_plan(p: Plan, requested: Window, cap: DueCap, *, keys: bool) -> None:
 
 
 @backfill_app.command("plan")
-def backfill_plan(schedule_id: ScheduleId, start: Start, end: End, as_json: AsJson = False) -> None:
+def backfill_plan(
+    schedule_id: ScheduleId,
+    start: Start,
+    end: End,
+    as_json: AsJson = False,
+    past_horizon: PastHorizon = False,
+) -> None:
     """List the fire times in the window that have no outbox record (never committed)."""
 
     async def go() -> None:
         from cronwarden.backfill.plan import plan
 
         requested = _window(start, end)
+        _horizon(requested, past_horizon)  # refuses; planned whole with --past-horizon
         async with _connected(schedule_id) as ctx:
             cap = await ctx.cap()
             # Temporal's `now` for the jitter rule too (a fire within its jitter is not missing).
@@ -262,6 +297,7 @@ def backfill_run(
         ),
     ] = False,
     as_json: AsJson = False,
+    past_horizon: PastHorizon = False,
 ) -> None:
     """Replay every fire time of the window that has no outbox record, and wait for each."""
 
@@ -270,7 +306,10 @@ def backfill_run(
         from cronwarden.backfill.plan import plan
         from cronwarden.backfill.replay import FAILED
 
-        requested = _window(start, end)
+        requested = _horizon(_window(start, end), past_horizon)
+        if requested.empty:
+            out.print("nothing to replay: the whole window is past the dedupe horizon")
+            return 0
         async with _connected(schedule_id) as ctx:
             _refuse_paused(ctx.live(), include_paused)
             cap = await ctx.cap()
@@ -504,6 +543,7 @@ def audit_command(
         str, typer.Option("--since", help="Window start: `7d` (7 days ago), `-2h` or ISO 8601.")
     ] = "1d",
     as_json: AsJson = False,
+    past_horizon: PastHorizon = False,
 ) -> None:
     """What should have run vs what committed, what is running, and what Temporal skipped."""
 
@@ -512,6 +552,7 @@ def audit_command(
 
         now = datetime.now(UTC)
         requested = make_window(parse_since(since, now=now), now, now=now)
+        _horizon(requested, past_horizon)  # refuses; audited whole with --past-horizon
         async with _connected(schedule_id) as ctx:
             cap = await ctx.cap()
             result = await audit(

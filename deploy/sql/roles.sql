@@ -81,10 +81,12 @@ BEGIN
         WHERE n.nspname = 'cronwarden'
           AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
           AND c.relowner <> 'cronwarden_migrator'::regrole::oid
-          -- sequences owned by a column follow their table
+          -- sequences owned by a column follow their table (a partitioned table's dependency
+          -- on its own partition key is no such link)
           AND NOT EXISTS (
               SELECT FROM pg_depend d
               WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype IN ('a', 'i')
+                AND d.refobjid <> c.oid
           )
         ORDER BY c.relkind DESC
     LOOP
@@ -110,6 +112,30 @@ BEGIN
     LOOP
         EXECUTE format('ALTER %s %s OWNER TO cronwarden_migrator', obj.kind, obj.signature);
     END LOOP;
+END
+$$;
+-- The outbox's partitions (migration 0019) live in a schema of their own, which the runtime role
+-- never reaches: the migrator owns it and them, so the partition upkeep (run as the migrator by
+-- its SECURITY DEFINER functions) may create and drop them. Same order as above.
+DO $$
+DECLARE
+    obj record;
+BEGIN
+    IF to_regnamespace('cronwarden_outbox') IS NOT NULL THEN
+        IF (SELECT nspowner FROM pg_namespace WHERE nspname = 'cronwarden_outbox')
+           <> 'cronwarden_migrator'::regrole::oid THEN
+            GRANT USAGE, CREATE ON SCHEMA cronwarden_outbox TO cronwarden_migrator;
+        END IF;
+        FOR obj IN
+            SELECT c.relname FROM pg_class c
+             WHERE c.relnamespace = 'cronwarden_outbox'::regnamespace AND c.relkind IN ('r', 'p')
+               AND c.relowner <> 'cronwarden_migrator'::regrole::oid
+        LOOP
+            EXECUTE format('ALTER TABLE cronwarden_outbox.%I OWNER TO cronwarden_migrator',
+                           obj.relname);
+        END LOOP;
+        ALTER SCHEMA cronwarden_outbox OWNER TO cronwarden_migrator;
+    END IF;
 END
 $$;
 ALTER SCHEMA cronwarden OWNER TO cronwarden_migrator;
