@@ -95,9 +95,9 @@ class Lane:
     unwaited: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def aclose(self) -> None:
-        """Stop the send still running on its own (its row's claim lapses: sent again later)."""
-        for task in self.unwaited:
-            task.cancel()
+        """Let the send still running on its own end and record its outcome (it is bounded by
+        its pass's deadline): a `--once` that cut it short would leave its row claimed, and
+        unsendable by anyone, until the claim lapses."""
         await asyncio.gather(*self.unwaited, return_exceptions=True)
 
 
