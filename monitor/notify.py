@@ -280,7 +280,7 @@ async def _deliver_one(run: _Pass, sink: Sink, lane: Lane, row: notifications.Cl
     except Exception as exc:
         # Any failure of one sink, a bug in rendering too, fails this row only: it is
         # retried later (or given up on), and the lane goes on.
-        _judge(lane, exc, sink=sink.name, log=bound)
+        _judge(lane, exc, log=bound)
         await _failed(
             run.pool,
             row,
@@ -301,7 +301,7 @@ async def _deliver_one(run: _Pass, sink: Sink, lane: Lane, row: notifications.Cl
     return True
 
 
-def _judge(lane: Lane, exc: BaseException, *, sink: str, log: FilteringBoundLogger) -> None:
+def _judge(lane: Lane, exc: BaseException, *, log: FilteringBoundLogger) -> None:
     """What a failed send tells the sink's breaker: the sink failing counts; the sink refusing
     this page (it answered) counts as an answer; a bug of ours counts as neither."""
     if not isinstance(exc, SinkError):
