@@ -119,8 +119,9 @@ def schedules_apply(
         definitions = load_schedule_file(file, registry)
         client = await temporal.connect(settings)
         # Each concurrent write records its rows in a transaction of its own: a few
-        # connections keep them from queueing behind each other.
-        pool = None if dry_run else await create_pool(settings.dsn, max_size=4)
+        # connections keep them from queueing behind each other, and one more holds the
+        # apply's lock for its whole length.
+        pool = None if dry_run else await create_pool(settings.dsn, max_size=5)
         try:
             changes = await apply_definitions(
                 client,
