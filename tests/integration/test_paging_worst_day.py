@@ -14,6 +14,7 @@ import pytest
 import structlog
 from pydantic import SecretStr
 
+from cronwarden.embedded import free_port
 from cronwarden.monitor.messages import TRIGGER, incident_message
 from cronwarden.monitor.sinks import BodyLimit, Http, send
 from cronwarden.monitor.sinks.webhook import DELIVERY_HEADER, WebhookSink
@@ -298,6 +299,30 @@ async def test_two_replicas_beside_a_black_holed_sink_send_each_page_once(
     assert sorted(pd_pages) == [f"cronwarden:{sid}" for sid in ids]  # each once
     answered = Counter(s.headers[DELIVERY_HEADER] for s in hole.at("/hook", accepted_only=True))
     assert len(answered) == 10 and set(answered.values()) == {1}
+
+
+async def test_the_database_alert_reaches_every_sink_beside_a_black_holed_one(
+    receiver: Receiver,
+) -> None:
+    # No database: the alert goes straight to the sinks, and the black-holed one must not eat
+    # the others' share of the time.
+    dead = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    with BlackHole("accept") as hole:
+        async with monitoring(
+            dead,
+            receiver,
+            alert_webhook_url=hole.url("/hook"),
+            slack_webhook_url=receiver.url(SLACK_PATH),
+            pagerduty_routing_key=ROUTING_KEY,
+            pagerduty_url=receiver.url("/pd"),
+            monitor_send_timeout_seconds=1,
+        ) as monitor:
+            assert await monitor.step() is not None
+        assert len(hole.at("/hook")) == 1
+    [pd] = events(receiver, "/pd")
+    assert pd["payload"]["class"] == "monitor-database-unreachable"
+    [slack] = events(receiver, SLACK_PATH)
+    assert "cannot reach the database" in slack["text"]
 
 
 # 2. Pages that fit ------------------------------------------------------------------------------
