@@ -68,9 +68,10 @@ BAD_ENTRIES = {
         "never fires: '0 0 30 2 *' asks for day 30 of February, a date that does not exist",
         '    job: probe\n    cron: "0 0 30 2 *"\n',
     ),
-    "a year range in the past": (
+    # Years all before its start: it never could fire. (Years gone by alone only finish it.)
+    "a year range before its start_at": (
         "never fires: '0 0 1 1 * 2001-2020' names only years before",
-        '    job: probe\n    cron: "0 0 1 1 * 2001-2020"\n',
+        '    job: probe\n    cron: "0 0 1 1 * 2001-2020"\n    start_at: 2021-01-01T00:00:00Z\n',
     ),
     "end_at before start_at": (
         "never fires: its end_at (2030-01-01T00:00:00Z) is not after its start_at "
