@@ -49,6 +49,7 @@ from cronwarden.monitor.metrics import Metrics
 from cronwarden.monitor.notify import DeliveryPolicy, Lane, deliver_due, lane_of
 from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.monitor.sinks import Http, Sink, failure, ping, send
+from cronwarden.redact import redact
 from cronwarden.store import heartbeats, incidents, monitor_state, notifications, watch
 from cronwarden.store.pool import create_pool
 from cronwarden.times import utc_text_or_none
@@ -130,10 +131,21 @@ def monitor_identity() -> str:
 
 @dataclass
 class PassReport:
+    watched: int = 0
+    """Heartbeat rows the pass looked at."""
     overdue: int = 0
     opened: int = 0
     resolved: int = 0
     delivered: int = 0
+    open_incidents: int = 0
+
+    def summary(self) -> str:
+        """One line of what the pass checked and did (`monitor --once` prints it)."""
+        return (
+            f"checked {self.watched} schedule(s): {self.overdue} overdue, "
+            f"{self.opened} incident(s) opened, {self.resolved} resolved, "
+            f"{self.delivered} page(s) delivered; {self.open_incidents} incident(s) open"
+        )
 
 
 class Monitor:
@@ -172,6 +184,9 @@ class Monitor:
             await self._pool.close()
             self._pool = None
         await self.http.aclose()
+
+    last_report: PassReport | None = None
+    """What the last pass that reached the database did."""
 
     async def step(self) -> BaseException | None:
         """One pass that never raises an expected failure: returns the database error, if any."""
@@ -224,6 +239,7 @@ class Monitor:
                 join_window=timedelta(seconds=2 * self.options.interval),
                 system_members=snap.system_members,
             )
+            report.watched = len(snap.watched)
             report.overdue = sum(
                 scan.heartbeat_problem(b, snap.now) is not None for b in snap.overdue
             )
@@ -242,6 +258,7 @@ class Monitor:
                 report.opened = await self._open(conn, decided)
                 report.resolved = await self._resolve(conn, decided)
                 open_now = len(await incidents.open_incidents(conn))
+                report.open_incidents = open_now
                 await self._bury_unserved(conn)
         self.metrics.seconds_since_success = {
             r["schedule_id"]: r["seconds_since_success"] for r in snap.watched
@@ -277,6 +294,7 @@ class Monitor:
         assert isinstance(delivered, int)
         report.delivered = delivered
         log.debug("monitor.pass", **vars(report))
+        self.last_report = report
         return report
 
     async def _check_pauses(self, pool: asyncpg.Pool) -> None:
@@ -522,13 +540,15 @@ class Monitor:
         return min(self.options.delivery.send_timeout, deadline - time.monotonic())
 
     async def _database_unreachable(self, exc: BaseException) -> None:
-        error = f"{type(exc).__name__}: {exc}".strip()
+        # Sent straight to the sinks: scrubbed here (a DSN in a driver's error carries its
+        # password), where a stored text is scrubbed at its write.
+        error = redact(f"{type(exc).__name__}: {exc}".strip())
         self.metrics.database_up = False
         log.error("monitor.database-unreachable", error=error)
         self._drop_pool()
         before = self.alert.state
         after, page = db_alert.on_failure(
-            before, now=time.time(), every=self.options.db_alert_every
+            before, now=db_alert.clock(), every=self.options.db_alert_every
         )
         if page:
             # No database to persist a notification in: send straight to the sinks.

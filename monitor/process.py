@@ -31,6 +31,7 @@ from cronwarden.monitor.passes import (
     DATABASE_ERRORS,
     DEFAULT_INTERVAL,
     Monitor,
+    PassReport,
     options_from_settings,
 )
 from cronwarden.monitor.pauses import PauseCheck
@@ -128,8 +129,9 @@ async def run_monitor(
     metrics_host: str | None = None,
     stop: asyncio.Event | None = None,
     handle_signals: bool = True,
-) -> None:
-    """Pass every `interval` seconds until `stop` is set (or SIGINT/SIGTERM), or once."""
+) -> PassReport | None:
+    """Pass every `interval` seconds until `stop` is set (or SIGINT/SIGTERM), or once; the
+    last pass's report (what `--once` prints)."""
     monitor = Monitor(
         dsn=settings.dsn,
         sinks=sinks_from_settings(settings),
@@ -160,6 +162,7 @@ async def run_monitor(
             stop=stop,
             handle_signals=handle_signals,
         )
+    return monitor.last_report
 
 
 def status_page(settings: Settings, monitor: Monitor) -> StatusPage | None:

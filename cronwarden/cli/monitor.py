@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cronwarden.cli.support import duration_flag, load_settings, run_command
+from cronwarden.cli.support import duration_flag, load_settings, out, run_command
 
 
 def monitor_command(
@@ -38,12 +38,15 @@ def monitor_command(
     async def go() -> None:
         from cronwarden.monitor.process import run_monitor
 
-        await run_monitor(
+        report = await run_monitor(
             load_settings(),
             once=once,
             interval=interval,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
         )
+        if once and report is not None:
+            # A pass from cron or by hand: say what it found (its log lines are at --log-level).
+            out.print(report.summary())
 
     run_command(go)

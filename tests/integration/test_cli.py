@@ -296,6 +296,23 @@ async def test_a_worker_without_jobs_refuses_to_start(cli_env: dict[str, str]) -
     assert "CRONWARDEN_JOBS is not set" in result.stderr
 
 
+async def test_monitor_once_prints_one_line_of_what_its_pass_checked_and_found(
+    cli_env: dict[str, str], pool: asyncpg.Pool
+) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "INSERT INTO cronwarden.heartbeats (schedule_id, next_expected_at, grace) "
+            "VALUES ('late-one', now() - interval '1 hour', interval '1 minute'), "
+            "('on-time', now() + interval '1 hour', interval '1 minute')"
+        )
+    result = await cli(cli_env, "monitor", "--once")
+    assert result.code == 0, result
+    assert result.stdout.strip() == (
+        "checked 2 schedule(s): 1 overdue, 1 incident(s) opened, 0 resolved, "
+        "0 page(s) delivered; 1 incident(s) open"
+    ), result
+
+
 async def test_duration_flags_take_units_and_a_bare_number_is_seconds(
     cli_env: dict[str, str],
 ) -> None:

@@ -88,7 +88,7 @@ class monitoring:
     def __init__(self, served: Served) -> None:
         self._served = served
         self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[object] | None = None
 
     async def __aenter__(self) -> None:
         self._task = asyncio.create_task(
