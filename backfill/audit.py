@@ -8,8 +8,9 @@ set is Temporal's own evaluation of the spec, and the outbox says which of those
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import chain
 from typing import Any
 
@@ -18,6 +19,8 @@ from temporalio.client import Client, ScheduleActionExecutionStartWorkflow, Sche
 from temporalio.common import SearchAttributeKey
 
 from cronwarden.activities.contract import fire_time_of_key, logical_key
+from cronwarden.backfill.causes import Causes
+from cronwarden.backfill.explain import explain, name_off_grid
 from cronwarden.backfill.plan import (
     FireTimes,
     GoneSchedule,
@@ -75,6 +78,8 @@ class Audit:
     gone: GoneSchedule | None = None
     """Set when Temporal no longer holds the schedule: audited from its history alone, and
     Temporal's counters (`actions_total` ...) are unknown."""
+    causes: Causes | None = None
+    """Why each slot without a commit has none (missing, in flight, held), by cause."""
 
     def notes(self) -> list[str]:
         """Text lines for what the counts alone do not say (printed under them)."""
@@ -120,6 +125,8 @@ class Audit:
                 "skipped_total": self.lease_skips_total,
                 "last_skip": self.last_lease_skip,
             },
+            "causes": self.causes.as_json() if self.causes else [],
+            "temporal_counts": self.causes.temporal if self.causes else [],
             "temporal": None
             if self.gone
             else {
@@ -163,10 +170,38 @@ async def audit(
             else await outbox.done_in_window(conn, schedule.schedule_id, window.start, window.end)
         )
         beat = await heartbeats.get(conn, schedule.schedule_id)
-    # Fires in flight are few (a run or two, the replays of a running backfill): split them
-    # off the missing times without a datetime per missing key.
-    running_seconds = {int(t.timestamp()) for t in running}
-    missing, awaiting = planned.missing, planned.awaiting_jitter
+        # Fires in flight are few (a run or two, the replays of a running backfill): split
+        # them off the missing times without a datetime per missing key.
+        running_seconds = {int(t.timestamp()) for t in running}
+        missing, awaiting = planned.missing, planned.awaiting_jitter
+        still_missing = array(
+            "q",
+            missing if not running_seconds else (s for s in missing if s not in running_seconds),
+        )
+        in_flight = sorted(
+            s for s in chain(missing, awaiting, planned.paused) if s in running_seconds
+        )
+        held = array("q", (s for s in planned.paused if s not in running_seconds))
+        causes = await explain(
+            client,
+            conn,
+            schedule,
+            window=window,
+            missing=still_missing,
+            in_flight=in_flight,
+            held=held,
+            pauses=planned.pauses,
+            beat=beat,
+            now=now or datetime.now(UTC),
+        )
+        await name_off_grid(
+            client,
+            conn,
+            causes,
+            window=window,
+            count=in_window - planned.done,
+            live=schedule.description,
+        )
     desc = schedule.description
     gone = schedule if isinstance(schedule, GoneSchedule) else None
     return Audit(
@@ -176,12 +211,8 @@ async def audit(
         committed=planned.done,
         committed_off_spec=in_window - planned.done,
         # A jittered fire whose start has come is running, whether or not its jitter is out.
-        in_flight=FireTimes(
-            sorted(s for s in chain(missing, awaiting, planned.paused) if s in running_seconds)
-        ),
-        missing=FireTimes(
-            missing if not running_seconds else (s for s in missing if s not in running_seconds)
-        ),
+        in_flight=FireTimes(in_flight),
+        missing=FireTimes(still_missing),
         actions_total=desc.info.num_actions if desc else 0,
         skipped_overlap_total=desc.info.num_actions_skipped_overlap if desc else 0,
         missed_catchup_window_total=desc.info.num_actions_missed_catchup_window if desc else 0,
@@ -191,9 +222,10 @@ async def audit(
         awaiting_jitter=FireTimes(s for s in awaiting if s not in running_seconds),
         judged=planned.judged,
         # A held fire still running (a run started just before the pause) is in flight.
-        paused_fires=FireTimes(s for s in planned.paused if s not in running_seconds),
+        paused_fires=FireTimes(held),
         pauses=planned.pauses,
         gone=gone,
+        causes=causes,
     )
 
 

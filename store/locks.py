@@ -169,3 +169,22 @@ async def active_keys(conn: Any, schedule_ids: list[str]) -> list[tuple[str, str
     `schedule_ids`."""
     rows = await conn.fetch(_ACTIVE_KEYS, schedule_ids)
     return [(r["schedule_id"], r["logical_key"]) for r in rows]
+
+
+# The run holding the lease a waiting run is queued for (`backfill/causes.py`: "waiting for the
+# lease held by K"); nothing when the key is not queued or the lease is free.
+_HOLDER_FOR_WAITER = """
+SELECT coalesce(l.logical_key, l.holder) AS held_by
+  FROM cronwarden.lock_waiters w
+  JOIN cronwarden.locks l ON l.name = w.name
+ WHERE w.logical_key = $1 AND w.expires_at > now()
+   AND l.holder IS NOT NULL AND l.expires_at > now()
+   AND l.logical_key IS DISTINCT FROM $1
+ LIMIT 1
+"""
+
+
+async def holder_for_waiter(conn: Any, logical_key: str) -> str | None:
+    """The logical key (or holder) of the run holding the lease `logical_key` waits for."""
+    held_by: str | None = await conn.fetchval(_HOLDER_FOR_WAITER, logical_key)
+    return held_by

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from cronwarden.backfill.audit import Audit
+    from cronwarden.backfill.causes import Causes
     from cronwarden.backfill.plan import GoneSchedule, ManagedSchedule, Plan
 
 backfill_app = typer.Typer(
@@ -207,7 +208,20 @@ def _print_cap(requested: Window, cap: DueCap) -> None:
     out.print(f"  (capped at {utc_text(cap.end)}: {reason}; no later fire is due yet)")
 
 
-def _print_plan(p: Plan, requested: Window, cap: DueCap, *, keys: bool) -> None:
+def causes_json(causes: Causes) -> dict[str, Any]:
+    """The `causes` and `temporal_counts` keys of the plan's and the audit's `--json`."""
+    return {"causes": causes.as_json(), "temporal_counts": causes.temporal}
+
+
+def _print_causes(causes: Causes | None) -> None:
+    if causes is not None and causes.groups:
+        out.print("why, and what closes the gap:")
+        _print_lines(causes.lines())
+
+
+def _print_plan(
+    p: Plan, requested: Window, cap: DueCap, *, keys: bool, causes: Causes | None = None
+) -> None:
     window = p.window.as_json()
     out.print(f"{p.schedule_id}: window {window['start']} .. {window['end']}")
     if p.window.start != requested.start:
@@ -217,6 +231,7 @@ def _print_plan(p: Plan, requested: Window, cap: DueCap, *, keys: bool) -> None:
     out.print(f"expected {p.expected}, done {p.done}, missing {len(p.missing)}{paused}")
     # Parts judged without a recorded definition, fires still within their jitter.
     _print_lines(p.notes())
+    _print_causes(causes)
     if keys:
         _print_lines(f"  {key}" for key in p.iter_missing_keys())
 
@@ -232,6 +247,7 @@ def backfill_plan(
     """List the fire times in the window that have no outbox record (never committed)."""
 
     async def go() -> None:
+        from cronwarden.backfill.explain import explain_plan
         from cronwarden.backfill.plan import plan
 
         requested = _window(start, end)
@@ -242,10 +258,11 @@ def backfill_plan(
             p = await plan(
                 ctx.client, ctx.pool, ctx.schedule, requested.capped_to(cap), now=cap.now
             )
+            causes = await explain_plan(ctx.client, ctx.pool, ctx.schedule, p, now=cap.now)
         if as_json:
-            _print_json(plan_json(p, cap))
+            _print_json(plan_json(p, cap) | causes_json(causes))
         else:
-            _print_plan(p, requested, cap, keys=True)
+            _print_plan(p, requested, cap, keys=True, causes=causes)
 
     run_command(go)
 
@@ -578,6 +595,7 @@ def _print_audit(result: Audit, requested: Window | None = None, cap: DueCap | N
         f"running {len(result.in_flight)}, missing {len(result.missing)}"
     )
     _print_lines(result.notes())
+    _print_causes(result.causes)
     if result.committed_off_spec:
         out.print(f"committed at other times (manual triggers): {result.committed_off_spec}")
     if result.gone is not None:
