@@ -50,7 +50,14 @@ from cronwarden.monitor.notify import DeliveryPolicy, Lane, deliver_due, lane_of
 from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.monitor.sinks import Http, Sink, failure, ping, send
 from cronwarden.redact import redact
-from cronwarden.store import heartbeats, incidents, monitor_state, notifications, watch
+from cronwarden.store import (
+    heartbeats,
+    incidents,
+    monitor_state,
+    notifications,
+    pause_history,
+    watch,
+)
 from cronwarden.store.pool import create_pool
 from cronwarden.times import utc_text_or_none
 
@@ -314,6 +321,8 @@ class Monitor:
                     seen_updated_at=lift.seen_updated_at,
                     next_expected_at=lift.next_expected_at,
                 )
+                if changed and lift.ran_again_at is not None:
+                    await pause_history.ended_by(conn, lift.schedule_id, at=lift.ran_again_at)
             if changed:
                 log.warning(
                     "monitor.pause-lifted-outside",

@@ -42,6 +42,10 @@ class Lift:
     schedule_id: str
     seen_updated_at: datetime
     next_expected_at: datetime | None
+    ran_again_at: datetime | None = None
+    """When Temporal took its first action since the row was paused, if it did: it had let go
+    of the pause by then, so the recorded pause ends there at the latest, not when this pass
+    noticed (fires between were run, or missed, not held)."""
 
 
 @dataclass(frozen=True)
@@ -196,11 +200,14 @@ class PauseCheck:
                 deadline = heartbeats.lifted_deadline(
                     row["next_expected_at"], times[0] if times else None
                 )
+            since = row["updated_at"]
+            taken = [a.started_at for a in desc.info.recent_actions if a.started_at > since]
             lifts.append(
                 Lift(
                     schedule_id=row["schedule_id"],
-                    seen_updated_at=row["updated_at"],
+                    seen_updated_at=since,
                     next_expected_at=deadline,
+                    ran_again_at=min(taken) if taken else None,
                 )
             )
         return lifts

@@ -59,3 +59,19 @@ UPDATE cronwarden.pause_history AS p
 async def extend_last(conn: Any, schedule_id: str) -> None:
     """Carry the schedule's last closed pause on to now (see `_EXTEND_LAST`)."""
     await conn.execute(_EXTEND_LAST, schedule_id)
+
+
+# A pause lifted in Temporal's UI ends here when the monitor notices, a pass or more later; Temporal
+# had let go by its first action since, at the latest. Never before the pause began.
+_ENDED_BY = """
+UPDATE cronwarden.pause_history
+   SET resumed_at = GREATEST(paused_at, LEAST(resumed_at, $2))
+ WHERE schedule_id = $1
+   AND resumed_at IS NOT NULL
+   AND paused_at = (SELECT max(paused_at) FROM cronwarden.pause_history WHERE schedule_id = $1)
+"""
+
+
+async def ended_by(conn: Any, schedule_id: str, *, at: datetime) -> None:
+    """End the schedule's last closed pause at `at` if that is earlier (see `_ENDED_BY`)."""
+    await conn.execute(_ENDED_BY, schedule_id, at)

@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,7 @@ from tests.support.monitor import receiver as receiver
 from tests.support.receiver import Receiver
 from tests.support.schedules import definition
 from tests.support.switch_proxy import SwitchProxy
-from tests.support.waiting import wait_for
+from tests.support.waiting import clock_past, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -219,6 +219,42 @@ async def test_with_temporal_down_the_monitor_still_pages_and_trusts_recorded_pa
     rendered = monitor.metrics.render()
     assert "cronwarden_monitor_temporal_reachable 0" in rendered
     assert "cronwarden_monitor_pauses_unverified 1" in rendered
+
+
+async def test_a_pause_lifted_in_temporal_alone_ends_at_its_first_action_not_when_noticed(
+    database: str,
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    receiver: Receiver,
+    schedule_id: str,
+) -> None:
+    # Unpaused in the UI, fired on its own (no worker runs it: every fire after the first is
+    # skipped), noticed by the monitor seconds later: the recorded pause ends by Temporal's
+    # first action, so the fires between are listed missing by backfill, not held.
+    defn = definition(schedule_id, every="2s")
+    await apply_definitions(client, pool, [defn], task_queue=task_queue)
+    handle = client.get_schedule_handle(schedule_id)
+    try:
+        await operations.pause(client, pool, schedule_id, reason="maintenance")
+        await handle.unpause(note="from the UI")
+
+        async def acted() -> bool:
+            return bool((await handle.describe()).info.recent_actions)
+
+        await wait_for(acted, timeout=20, what="an action after the unpause")
+        first = min(a.started_at for a in (await handle.describe()).info.recent_actions)
+        await wait_for(lambda: clock_past(first + timedelta(seconds=5)), timeout=20, what="time")
+        async with monitoring(database, receiver, pauses=pause_check(client)) as monitor:
+            await passes(monitor)
+        rows = await fetch(
+            pool,
+            "SELECT resumed_at FROM cronwarden.pause_history WHERE schedule_id = $1",
+            schedule_id,
+        )
+        assert [r["resumed_at"] for r in rows] == [first], (rows, first)
+    finally:
+        await handle.delete()
 
 
 async def test_apply_recreating_a_schedule_deleted_outside_cronwarden_starts_it_unpaused(
