@@ -56,6 +56,9 @@ $$;
 # transaction starts with a short lock timeout and is tried again when it runs out, so commits
 # queue behind its ACCESS EXCLUSIVE lock for at most that long at a time.
 ONLINE_PREPARATIONS = {19: outbox_partitions.prepare_conversion}
+# What a preparation leaves that must not outlive a migration that gave up: the outbox's CHECK
+# bound would start refusing live fires once its month comes.
+ONLINE_ABANDON = {19: outbox_partitions.abandon_conversion}
 ONLINE_LOCK_TIMEOUT = "2s"
 ONLINE_ATTEMPTS = 30
 
@@ -118,7 +121,11 @@ async def migrate(conn: asyncpg.Connection, *, through: int | None = None) -> li
                 await _apply(conn, migration)
             else:
                 await prepare(conn)
-                await _apply_online(conn, migration)
+                try:
+                    await _apply_online(conn, migration)
+                except BaseException:
+                    await ONLINE_ABANDON[migration.version](conn)
+                    raise
             applied_now.append(migration)
         if through is None:
             # Every migrate makes sure the outbox's months ahead exist (the monitor does too).

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 _COMMITTED = "SELECT args_digest, fencing_token FROM cronwarden.outbox WHERE logical_key = $1"
+# A logical key names its fire time (`{schedule id}@{YYYY-MM-DDTHH:MM:SSZ}`), and the outbox is
+# partitioned by fire time (migration 0019): naming it reads one month's index, not every
+# month's. Found nothing, the key is read by key alone (as acquire_lease does, 0020).
+_COMMITTED_AT = _COMMITTED + " AND fire_time = $2"
+_KEY_TIME = re.compile(r"@([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})Z\Z")
+
+
+def key_fire_time(logical_key: str) -> datetime | None:
+    """The fire time `logical_key` names, or None."""
+    named = _KEY_TIME.search(logical_key)
+    if named is None:
+        return None
+    try:
+        return datetime.fromisoformat(named[1]).replace(tzinfo=UTC)
+    except ValueError:  # looks like a time, is none (2026-02-30T...)
+        return None
 
 
 @dataclass(frozen=True)
@@ -23,7 +40,11 @@ class CommittedRecord:
 
 async def committed(conn: Any, logical_key: str) -> CommittedRecord | None:
     """The key's outbox record, or None when the key has not committed."""
-    row = await conn.fetchrow(_COMMITTED, logical_key)
+    at = key_fire_time(logical_key)
+    row = None if at is None else await conn.fetchrow(_COMMITTED_AT, logical_key, at)
+    if row is None:
+        # Every month: a record written under another time than its key names still counts.
+        row = await conn.fetchrow(_COMMITTED, logical_key)
     if row is None:
         return None
     return CommittedRecord(args_digest=row["args_digest"], fencing_token=row["fencing_token"])

@@ -137,6 +137,18 @@ async def prepare_conversion(conn: asyncpg.Connection) -> None:
     await conn.execute("INSERT INTO cronwarden.outbox_conversion VALUES ($1)", bound)
 
 
+async def abandon_conversion(conn: asyncpg.Connection) -> None:
+    """Undo `prepare_conversion` when the migration gave up: its CHECK would refuse every fire
+    from its bound's month on. The index stays (the next attempt reuses it)."""
+    if not await conn.fetchval(_PLAIN_OUTBOX):
+        return
+    await _with_lock_timeout(
+        conn,
+        "ALTER TABLE cronwarden.outbox DROP CONSTRAINT IF EXISTS outbox_before_bound;"
+        "DROP TABLE IF EXISTS cronwarden.outbox_conversion",
+    )
+
+
 async def _with_lock_timeout(conn: asyncpg.Connection, sql: str) -> None:
     for attempt in range(STEP_ATTEMPTS):
         try:

@@ -37,9 +37,9 @@ BEGIN
 
     -- A key once recorded stays recorded: seen done here, it is done, and nothing is locked.
     -- Seen not done, it is looked at again once the lease row is ours.
-    SELECT o.args_digest, true INTO digest, is_done
-      FROM cronwarden.outbox o WHERE o.logical_key = p_logical_key;
-    IF NOT COALESCE(is_done, false) THEN
+    digest := cronwarden.outbox_record_digest(p_logical_key);
+    is_done := digest IS NOT NULL;
+    IF NOT is_done THEN
         -- The row first, so there is always one to lock: a new lease name starts released.
         -- ON CONFLICT DO NOTHING locks nothing: an old released row found here may be deleted
         -- by another schedule run's per-key sweep before our FOR UPDATE reaches it, which then
@@ -54,8 +54,8 @@ BEGIN
             EXIT WHEN FOUND;
         END LOOP;
 
-        SELECT o.args_digest, true INTO digest, is_done
-          FROM cronwarden.outbox o WHERE o.logical_key = p_logical_key;
+        digest := cronwarden.outbox_record_digest(p_logical_key);
+        is_done := digest IS NOT NULL;
     END IF;
     -- The time of this transition: after any wait for the row, so a lease taken now lasts its
     -- whole TTL from now.
@@ -294,6 +294,26 @@ END
 $$;
 
 --
+-- Name: logical_key_fire_time(text); Type: FUNCTION; Schema: cronwarden; Owner: -
+--
+
+CREATE FUNCTION cronwarden.logical_key_fire_time(p_key text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $_$
+DECLARE
+    named text := substring(p_key FROM '@([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})Z$');
+BEGIN
+    IF named IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- As a timestamp without a zone, then placed in UTC: independent of the session's zone.
+    RETURN named::timestamp AT TIME ZONE 'UTC';
+EXCEPTION WHEN data_exception THEN
+    RETURN NULL;
+END
+$_$;
+
+--
 -- Name: outbox_partition_end(text); Type: FUNCTION; Schema: cronwarden; Owner: -
 --
 
@@ -309,6 +329,31 @@ CREATE FUNCTION cronwarden.outbox_partition_end(p_name text) RETURNS timestamp w
                   + interval '1 month') AT TIME ZONE 'UTC'
     END
 $_$;
+
+--
+-- Name: outbox_record_digest(text); Type: FUNCTION; Schema: cronwarden; Owner: -
+--
+
+CREATE FUNCTION cronwarden.outbox_record_digest(p_key text) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    key_time timestamptz := cronwarden.logical_key_fire_time(p_key);
+    found_digest text;
+BEGIN
+    IF key_time IS NOT NULL THEN
+        SELECT o.args_digest INTO found_digest FROM cronwarden.outbox o
+         WHERE o.logical_key = p_key AND o.fire_time = key_time;
+        IF found_digest IS NOT NULL THEN
+            RETURN found_digest;
+        END IF;
+    END IF;
+    -- Not there: by key alone, every month (a record written under another time than its key
+    -- names is still found: nothing in the table forbids one).
+    SELECT o.args_digest INTO found_digest FROM cronwarden.outbox o WHERE o.logical_key = p_key;
+    RETURN found_digest;
+END
+$$;
 
 --
 -- Name: applied_files; Type: TABLE; Schema: cronwarden; Owner: -
