@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cronwarden.redact import for_storage
+
 _ENQUEUE = """
 INSERT INTO cronwarden.notifications (incident_id, event, sink, message, dedup_key)
 SELECT $1, $2, sink, $4::jsonb, $5 FROM unnest($3::text[]) AS sink
@@ -209,12 +211,12 @@ async def mark_delivered(conn: Any, *, notification_id: int, claimer: str) -> bo
 async def mark_failed(
     conn: Any, *, notification_id: int, claimer: str, error: str, retry_in_seconds: float
 ) -> None:
-    await conn.execute(_FAILED, notification_id, claimer, error[:2000], retry_in_seconds)
+    await conn.execute(_FAILED, notification_id, claimer, for_storage(error), retry_in_seconds)
 
 
 async def mark_dead(conn: Any, *, notification_id: int, claimer: str, error: str) -> bool:
     """Give up on the row (see `_DEAD`); False when this claimer no longer holds it."""
-    status: str = await conn.execute(_DEAD, notification_id, claimer, error[:2000])
+    status: str = await conn.execute(_DEAD, notification_id, claimer, for_storage(error))
     return status.endswith(" 1")
 
 

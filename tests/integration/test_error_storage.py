@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from cronwarden import redact
-from cronwarden.store import heartbeats, incidents
+from cronwarden.store import heartbeats, incidents, notifications
 from tests.support.monitor import stage
 
 pytestmark = pytest.mark.integration
@@ -72,3 +72,43 @@ async def test_an_incident_keeps_no_secret_of_what_it_quotes(
     assert "\x00" not in text
     assert len(row["summary"]) <= incidents.SUMMARY_LIMIT
     assert row["details"]["nested"] == [{"url": "x/***"}]
+
+
+async def test_a_sinks_error_on_a_notification_is_stored_scrubbed(
+    pool: asyncpg.Pool, schedule_id: str
+) -> None:
+    # A sink's client error quotes the URL it posted to (its token) and what came back.
+    await stage(pool, schedule_id)
+    async with pool.acquire() as conn:
+        incident = await incidents.open_incident(
+            conn, schedule_id=schedule_id, kind=incidents.OVERDUE, summary="late", details={}
+        )
+        assert incident is not None
+        await notifications.enqueue(
+            conn,
+            incident_id=incident["id"],
+            event="trigger",
+            sinks=["webhook", "slack"],
+            message={"dedup_key": f"cronwarden:{schedule_id}"},
+        )
+        claimed = await notifications.claim_due(
+            conn, claimer="m", claim_seconds=60, sink="webhook", limit=1
+        )
+        await notifications.mark_failed(
+            conn,
+            notification_id=claimed[0].id,
+            claimer="m",
+            error=NASTY,
+            retry_in_seconds=1,
+        )
+        [dead] = await notifications.claim_due(
+            conn, claimer="m", claim_seconds=60, sink="slack", limit=1
+        )
+        await notifications.mark_dead(conn, notification_id=dead.id, claimer="m", error=NASTY)
+        rows = await conn.fetch(
+            "SELECT last_error FROM cronwarden.notifications WHERE incident_id = $1",
+            incident["id"],
+        )
+    assert len(rows) == 2
+    for row in rows:
+        assert_stored(row["last_error"])
