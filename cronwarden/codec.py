@@ -10,10 +10,18 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
-from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.api.failure.v1 import Failure
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverter,
+    PayloadCodec,
+    PayloadConverter,
+)
+from temporalio.exceptions import ApplicationError
 
 from cronwarden.config import Settings
 from cronwarden.errors import InvalidInput
+from cronwarden.redact import printable, redact
 
 
 def load_payload_codec(spec: str) -> PayloadCodec:
@@ -45,9 +53,61 @@ def load_payload_codec(spec: str) -> PayloadCodec:
     return codec
 
 
+class RedactingFailureConverter(DefaultFailureConverter):
+    """Failures as the default converter makes them, their messages and stack traces scrubbed
+    (cronwarden/redact.py): a job's exception, its cause chain and its traceback go into the
+    run's history in Temporal, kept as long as the namespace's retention and shown to anyone
+    with the UI; the heartbeat's `last_error` is scrubbed at its write, and this is the same
+    rule for what the worker tells Temporal. Decoding is untouched."""
+
+    def to_failure(
+        self,
+        exception: BaseException,
+        payload_converter: PayloadConverter,
+        failure: Failure,
+    ) -> None:
+        try:
+            super().to_failure(exception, payload_converter, failure)
+        except UnicodeEncodeError:
+            # A message carrying bytes that are no UTF-8 (a lone surrogate from a file name or
+            # a decoded socket read): the SDK gives up and Temporal is told only that it failed
+            # to build the failure. The same failure, its texts made printable, instead.
+            failure.Clear()
+            super().to_failure(_printable(exception), payload_converter, failure)
+        node: Failure | None = failure
+        while node is not None:
+            node.message = redact(node.message)
+            node.stack_trace = redact(node.stack_trace)
+            node = node.cause if node.HasField("cause") else None
+
+
+def _printable(exc: BaseException, depth: int = 0) -> BaseException:
+    """`exc` as an `ApplicationError` whose message and cause chain are printable UTF-8, its
+    type, retry decision and traceback kept (the guard's non-retryable errors stay so)."""
+    if isinstance(exc, ApplicationError):
+        copy = ApplicationError(
+            printable(exc.message),
+            type=exc.type,
+            non_retryable=exc.non_retryable,
+            next_retry_delay=exc.next_retry_delay,
+        )
+    else:
+        copy = ApplicationError(printable(str(exc)), type=type(exc).__name__)
+    copy.__traceback__ = exc.__traceback__
+    cause = exc.__cause__
+    if cause is not None and depth < _CAUSE_DEPTH:
+        copy.__cause__ = _printable(cause, depth + 1)
+    return copy
+
+
+# Deeper chains are cut: a cause chain that long says nothing a reader needs.
+_CAUSE_DEPTH = 20
+
+
 def data_converter(settings: Settings) -> DataConverter:
-    if not settings.payload_codec:
-        return DataConverter.default
-    return dataclasses.replace(
-        DataConverter.default, payload_codec=load_payload_codec(settings.payload_codec)
+    scrubbing = dataclasses.replace(
+        DataConverter.default, failure_converter_class=RedactingFailureConverter
     )
+    if not settings.payload_codec:
+        return scrubbing
+    return dataclasses.replace(scrubbing, payload_codec=load_payload_codec(settings.payload_codec))

@@ -272,6 +272,11 @@ async def test_a_job_error_quoting_secrets_publishes_none(
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(handle.result(), timeout=60)
         beat = await heartbeat(pool, schedule_id)
+        history = (await handle.fetch_history()).to_json()
+    # The run's history in Temporal (the job's exception, its cause and traceback, as the
+    # worker reported them), shown to anyone with the UI.
+    assert "could not post to ***" in history, history[-6000:]
+    assert_none(history, "the run's history in Temporal")
     assert beat["last_error"] is not None
     last_error: str = beat["last_error"]
     assert_none(last_error, "last_error")
