@@ -262,6 +262,12 @@ BEGIN
         VALUES (NEW.schedule_id, statement_timestamp(), NEW.paused_reason)
         ON CONFLICT DO NOTHING;
     END IF;
+    IF TG_OP = 'UPDATE' AND OLD.paused AND NEW.paused
+       AND NEW.paused_reason IS DISTINCT FROM OLD.paused_reason THEN
+        UPDATE cronwarden.pause_history
+           SET reason = NEW.paused_reason
+         WHERE schedule_id = NEW.schedule_id AND resumed_at IS NULL;
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -774,7 +780,7 @@ CREATE TRIGGER heartbeats_alert_after BEFORE INSERT OR UPDATE OF next_expected_a
 -- Name: heartbeats heartbeats_record_pause; Type: TRIGGER; Schema: cronwarden; Owner: -
 --
 
-CREATE TRIGGER heartbeats_record_pause AFTER INSERT OR DELETE OR UPDATE OF paused ON cronwarden.heartbeats FOR EACH ROW EXECUTE FUNCTION cronwarden.heartbeats_record_pause();
+CREATE TRIGGER heartbeats_record_pause AFTER INSERT OR DELETE OR UPDATE OF paused, paused_reason ON cronwarden.heartbeats FOR EACH ROW EXECUTE FUNCTION cronwarden.heartbeats_record_pause();
 
 --
 -- Name: locks locks_delete_places; Type: TRIGGER; Schema: cronwarden; Owner: -

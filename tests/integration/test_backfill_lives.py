@@ -342,3 +342,16 @@ async def test_a_pause_just_after_a_jittered_slot_holds_it_even_in_a_window_endi
         assert (planned["missing_keys"], planned["paused_fires"]) == ([], 1), planned
     finally:
         await handle.delete()
+
+
+async def test_a_pause_reissued_with_a_new_reason_keeps_the_new_one_in_its_history(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str
+) -> None:
+    handle, _ = await apply_paused(client, pool, task_queue, definition(schedule_id))
+    try:
+        await operations.pause(client, pool, schedule_id, reason="test run")
+        await operations.pause(client, pool, schedule_id, reason="ledger migration (DO NOT RUN)")
+        [pause] = await _pauses(pool, schedule_id)
+        assert (pause.reason, pause.resumed_at) == ("ledger migration (DO NOT RUN)", None)
+    finally:
+        await handle.delete()
