@@ -171,19 +171,20 @@ class Causes:
 
     def lines(self) -> list[str]:
         """One line per cause, then the command that closes its gap."""
-        out: list[str] = []
-        for g in self.groups:
-            first, last = (
-                slot_key(self.schedule_id, g.first_s),
-                slot_key(self.schedule_id, g.last_s),
-            )
-            span = first if g.count == 1 else f"{first} .. {last}"
-            out.append(f"  {g.count} {g.cause}: {g.text} ({span})")
-            command = next_command_for(self, g)
-            if command:
-                out.append(f"    next: {command}")
-        out += [f"  {t['note']}" for t in self.temporal if t.get("note")]
-        return out
+        notes = [f"  {t['note']}" for t in self.temporal if t.get("note")]
+        return causes_lines(self.as_json()) + notes
+
+
+def causes_lines(causes: list[dict[str, Any]]) -> list[str]:
+    """The text of a `causes` list (`Causes.as_json`): one line per cause, then the command
+    that closes its gap. `backfill plan`, `audit` and `schedules describe` print these."""
+    out: list[str] = []
+    for c in causes:
+        span = c["first"] if c["count"] == 1 else f"{c['first']} .. {c['last']}"
+        out.append(f"  {c['count']} {c['cause']}: {c['text']} ({span})")
+        if c["next_command"]:
+            out.append(f"    next: {c['next_command']}")
+    return out
 
 
 def slot_key(schedule_id: str, fire_s: int) -> str:

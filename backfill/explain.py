@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 from temporalio.client import Client, ScheduleDescription
 
+from cronwarden.activities.contract import fire_time_of_key
 from cronwarden.backfill.causes import OFF_GRID, Causes, Group, summarise, temporal_counts
 from cronwarden.backfill.evidence import gather, retention_start
 from cronwarden.backfill.plan import (
@@ -23,6 +24,7 @@ from cronwarden.backfill.plan import (
     plan,
 )
 from cronwarden.backfill.window import Window, due_cap
+from cronwarden.errors import CronwardenError
 from cronwarden.store import heartbeats, outbox
 from cronwarden.store.pause_history import Pause
 
@@ -176,3 +178,31 @@ async def recent_causes(
         "causes": causes.as_json(),
         "temporal_counts": causes.temporal,
     }
+
+
+async def causes_of_keys(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, keys: Sequence[str], *, now: datetime
+) -> list[dict[str, Any]] | None:
+    """The causes of a few missing keys of a live schedule (`status`), in the `causes` shape;
+    None when the schedule cannot be read as cronwarden's (deleted meanwhile, not managed)."""
+    try:
+        schedule = await load_managed(client, schedule_id)
+    except CronwardenError:
+        return None
+    seconds = sorted(
+        int(t.timestamp()) for k in keys if (t := fire_time_of_key(schedule_id, k)) is not None
+    )
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, schedule_id)
+        causes = await explain(
+            client,
+            conn,
+            schedule,
+            window=Window(datetime.fromtimestamp(seconds[0], UTC), now)
+            if seconds
+            else Window(now, now),
+            missing=seconds,
+            beat=beat,
+            now=now,
+        )
+    return causes.as_json()

@@ -14,6 +14,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from cronwarden.activities.contract import RunOutcome, logical_key
+from cronwarden.backfill.causes import causes_lines
+from cronwarden.backfill.explain import recent_causes
 from cronwarden.schedules.inventory import ListedView, ScheduleView, get_view, listed_views
 from cronwarden.schedules.status import lease_skip_json, replay_error_json
 from cronwarden.store import definitions, heartbeats, outbox
@@ -121,4 +123,17 @@ async def describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> 
             "last_lease_skip": lease_skip_json(beat),
         },
         "definition": v.definition,
+        # Why the last day's slots without a commit have none, and what closes each gap.
+        "slot_causes": await recent_causes(client, pool, v.schedule_id) if v.managed else None,
     }
+
+
+def slot_causes_lines(found: dict[str, Any] | None) -> list[str]:
+    """`describe`'s lines for the last day's slots without a commit (`slot_causes`)."""
+    if found is None:
+        return []
+    window = found["window"]
+    head = f"missing      {found['missing']} since {window['start']}"
+    if found["paused_fires"]:
+        head += f", {found['paused_fires']} held by a pause"
+    return [head, *causes_lines(found["causes"])]

@@ -18,6 +18,13 @@ PAUSED = "paused"
 """Paused by an operator: the monitor stays silent."""
 UNTRACKED = "untracked"
 """No heartbeat row: a schedule cronwarden did not create (or one never applied)."""
+MISSING = "missing"
+"""On time now, but a recent slot has no commit, no run at the lease and no recorded skip (the
+status page draws it red, `backfill plan` lists it): never `ok` beside a missing slot."""
+
+SETTLE = timedelta(minutes=1)
+"""How long after its fire time a slot with nothing to show is not yet missing (a run starting,
+taking its lease), never longer than the grace: the status page's grid waits the same."""
 
 OPERATOR = "operator"
 OPERATOR_NOT_IN_TEMPORAL = "operator (not paused in Temporal)"
@@ -48,6 +55,17 @@ def derive_health(
         # The expected run may be the one in progress: it is not late until its grace is out.
         return RUNNING if running else LATE
     return OVERDUE
+
+
+def counting_missing(health: str, missing: int) -> str:
+    """The health shown beside `missing` missing slots: `ok` becomes `missing`; a health that
+    already says more (late, overdue, running, paused, untracked) stands."""
+    return MISSING if health == OK and missing > 0 else health
+
+
+def settle_time(grace: timedelta) -> timedelta:
+    """See SETTLE."""
+    return min(grace, SETTLE)
 
 
 def held_by_operator(note: str | None) -> bool:

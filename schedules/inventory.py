@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -261,6 +261,8 @@ class ListedView:
     running: list[str] | None = None
     skipped_overlap: int | None = None
     missed_catchup: int | None = None
+    recent_fires: list[datetime] = field(default_factory=list)
+    """The nominal times of Temporal's last few starts (its recent actions, from the list)."""
 
     @property
     def job(self) -> str | None:
@@ -322,6 +324,9 @@ def _listed_view(
         note=entry.info.notes or None,
         next_fire_times=schedule_list.next_action_times(entry),
         memo_unreadable=marker is None,
+        recent_fires=[
+            datetime.fromtimestamp(a.schedule_time.seconds, UTC) for a in entry.info.recent_actions
+        ],
     )
 
 

@@ -7,23 +7,26 @@ field and one key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import asyncpg
 from temporalio.client import Client
 
-from cronwarden.activities.contract import ORPHAN_NOTE_PREFIX
+from cronwarden.activities.contract import ORPHAN_NOTE_PREFIX, logical_key
+from cronwarden.backfill.explain import causes_of_keys
 from cronwarden.schedules.health import (
     LATE,
     OPERATOR,
     OPERATOR_NOTE,
     OVERDUE,
+    counting_missing,
     derive_health,
     format_age,
     held_by_operator,
     paused_by,
+    settle_time,
 )
 from cronwarden.schedules.inventory import (
     ListedView,
@@ -35,7 +38,9 @@ from cronwarden.schedules.inventory import view as view_of
 from cronwarden.store import definitions as definition_store
 from cronwarden.store import heartbeats as heartbeat_store
 from cronwarden.store import incidents as incident_store
+from cronwarden.store import locks as lock_store
 from cronwarden.store import notifications as notification_store
+from cronwarden.store import outbox as outbox_store
 from cronwarden.store.heartbeats import lifted_deadline
 from cronwarden.times import utc_text_or_none
 
@@ -78,6 +83,12 @@ class StatusRow:
     """The last `backfill run` replay committed (replays never move the live fields)."""
     last_replay_error: dict[str, Any] | None = None
     """The last replay that failed, apart from `last_error` (see `replay_error_json`)."""
+    missing: list[str] = field(default_factory=list)
+    """Keys of Temporal's recent starts with no commit, no run at the lease and no recorded
+    skip, past their settling time (`count_missing`); the health is never `ok` beside one."""
+    causes: list[dict[str, Any]] | None = None
+    """Why they are missing and what closes the gap (`backfill/causes.py`), for the first
+    `EXPLAINED_ROWS` rows with missing slots; None: not read."""
 
     @property
     def last_success_age(self) -> timedelta | None:
@@ -114,6 +125,7 @@ class StatusRow:
                 "at": utc_text_or_none(self.last_replay_at),
             },
             "last_replay_error": self.last_replay_error,
+            "missing": {"count": len(self.missing), "keys": self.missing, "causes": self.causes},
         }
 
 
@@ -250,7 +262,9 @@ async def status_report(client: Client, pool: asyncpg.Pool, *, now: datetime) ->
         open_incidents = await incident_store.open_incidents(conn)
         dead = await notification_store.dead_letters(conn)
     by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}
-    rows = await status_rows(client, beats, recorded, now=now, incidents=by_schedule)
+    views = await read_views(client, beats, recorded, now=now)
+    rows = build_rows(views, beats, now=now, incidents=by_schedule)
+    await count_missing(client, pool, views, rows, beats, now=now)
     system = [i for i in open_incidents if i["schedule_id"] is None]
     return StatusReport(
         generated_at=now,
@@ -438,3 +452,61 @@ def success_text(row: StatusRow) -> str:
     if age is None:
         return "never"
     return f"{row.last_success_key or '?'} ({format_age(age)} ago)"
+
+
+EXPLAINED_ROWS = 10
+"""Rows with missing slots whose causes `status` reads (a describe and a visibility list each);
+`backfill plan` and `audit` explain any schedule."""
+
+
+def recent_fire_times(view: AnyView) -> list[datetime]:
+    """The nominal times of Temporal's last few starts of the schedule."""
+    if isinstance(view, ScheduleView):
+        return [r.scheduled_at for r in view.recent_runs]
+    return view.recent_fires
+
+
+async def count_missing(
+    client: Client,
+    pool: asyncpg.Pool,
+    views: list[AnyView],
+    rows: list[StatusRow],
+    beats: dict[str, dict[str, Any]],
+    *,
+    now: datetime,
+) -> None:
+    """Set each managed row's missing slots among Temporal's recent starts (from the list
+    already read: one outbox query and one lease query for every row, no call per schedule),
+    count them in its health, and read the causes of the first `EXPLAINED_ROWS` of them.
+
+    A start is missing once its settling time is out with no commit, no run at the lease and
+    no lease skip recorded for it, as on the status page's grid. A fire Temporal dropped
+    (overlap, catchup window) never started: the list does not show it, so `status` counts it
+    only through Temporal's counters; the status page and `backfill plan` name it."""
+    keys: dict[str, list[str]] = {}
+    for v in views:
+        beat = beats.get(v.schedule_id)
+        if not v.managed or beat is None:
+            continue
+        settled = now - settle_time(beat["grace"])
+        keys[v.schedule_id] = [
+            logical_key(v.schedule_id, t) for t in recent_fire_times(v) if t <= settled
+        ]
+    wanted = [k for ks in keys.values() for k in ks]
+    if not wanted:
+        return
+    async with pool.acquire() as conn:
+        committed = await outbox_store.committed_keys(conn, wanted)
+        at_lease = {key for _, key in await lock_store.active_keys(conn, list(keys))}
+    explained = 0
+    for row in rows:
+        skip = (row.last_lease_skip or {}).get("logical_key")
+        row.missing = sorted(
+            k
+            for k in keys.get(row.schedule_id, [])
+            if k not in committed and k not in at_lease and k != skip
+        )
+        row.health = counting_missing(row.health, len(row.missing))
+        if row.missing and row.in_temporal and explained < EXPLAINED_ROWS:
+            explained += 1
+            row.causes = await causes_of_keys(client, pool, row.schedule_id, row.missing, now=now)

@@ -38,6 +38,7 @@ HEALTH_STYLE = {
     "running": "green",
     "late": "yellow",
     "overdue": "bold red",
+    "missing": "red",
     "paused": "cyan",
 }
 
@@ -215,7 +216,7 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
     """Spec, policies, pause, the next 5 fire times, recent runs and Temporal's counters."""
 
     async def go() -> None:
-        from cronwarden.schedules.describe import described
+        from cronwarden.schedules.describe import described, slot_causes_lines
         from cronwarden.schedules.status import lease_skip_text
 
         async with _temporal_and_db() as (client, pool):
@@ -262,6 +263,7 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             lines.append(
                 f"replay error {failed['logical_key']} at {failed['at']}: {failed['error']}"
             )
+        lines += slot_causes_lines(data["slot_causes"])
         out.print(escape("\n".join(lines)))
 
     run_command(go)
@@ -470,6 +472,7 @@ def _print_status(
             f"{escape(system_incident['summary'])}"
         )
     print_wide(table)
+    _print_missing(rows)
     replay_failures = [r for r in rows if r.last_replay_error]
     if replay_failures:
         # Apart from the table's "last error", which is the live schedule's: a replay re-ran a
@@ -486,6 +489,20 @@ def _print_status(
         out.print(f"[bold red]{len(dead)} notification(s) could not be delivered[/] (last 7 days):")
         for d in dead[:10]:
             out.print(f"  {escape(dead_letter_text(d, zone))}")
+
+
+def _print_missing(rows: list[StatusRow]) -> None:
+    """Recent slots that never committed, with why and the command that closes each gap."""
+    from cronwarden.backfill.causes import causes_lines
+
+    missing = [r for r in rows if r.missing]
+    if not missing:
+        return
+    out.print("missing slots (Temporal started them, nothing committed):")
+    for r in missing:
+        out.print(escape(f"  {r.schedule_id}: {len(r.missing)}, last {r.missing[-1]}"))
+        for line in causes_lines(r.causes or []):
+            out.print(escape(f"  {line}"))
 
 
 def _counters_text(row: StatusRow) -> str:

@@ -34,6 +34,8 @@ from cronwarden.backfill.plan import load_managed
 from cronwarden.backfill.window import Window
 from cronwarden.schedules import operations
 from cronwarden.schedules.apply import apply_definitions
+from cronwarden.schedules.health import MISSING
+from cronwarden.schedules.status import status_report
 from tests.support.cli import cli_json, iso
 from tests.support.database import committed_times
 from tests.support.outage import terminate_running
@@ -238,3 +240,51 @@ async def test_a_manual_trigger_is_named_off_the_grid(
     [doc] = [c for c in result.causes.as_json() if c["cause"] == OFF_GRID]
     assert doc["example_keys"] == [triggered.logical_key]
     assert doc["next_command"] is None
+
+
+async def test_status_is_never_ok_beside_a_missing_slot_and_describe_says_why(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    worker: object,
+    cli_env: dict[str, str],
+) -> None:
+    sid = new_id("cause-status")
+    fields = {
+        "every": "10s",
+        "max_attempts": 1,
+        "pause_on_failure": False,
+        "heartbeat_grace": "10s",
+    }
+    failing = definition(sid, args={"fail_attempts": 99}, **fields)
+    await apply_definitions(client, pool, [failing], task_queue=task_queue)
+    handle = client.get_schedule_handle(sid)
+    try:
+
+        async def failed_once() -> bool:
+            query = f"WorkflowId STARTS_WITH '{sid}-' AND ExecutionStatus = 'Failed'"
+            return [r async for r in client.list_workflows(query)] != []
+
+        await wait_for(failed_once, timeout=30, what="a failed run")
+        await apply_definitions(client, pool, [definition(sid, **fields)], task_queue=task_queue)
+
+        async def committed() -> list[datetime]:
+            return await committed_times(pool, sid)
+
+        await wait_for(committed, timeout=30, what="a later commit")
+        # Judged a minute on, when the failed slot has settled and the next fire is not due.
+        report = await status_report(
+            client, pool, now=min(await committed()) + timedelta(seconds=9)
+        )
+        described = await cli_json(cli_env, "schedules", "describe", sid)
+    finally:
+        await handle.delete()
+    [row] = [r for r in report.rows if r.schedule_id == sid]
+    assert row.health == MISSING
+    assert len(row.missing) == 1
+    assert row.causes is not None
+    assert row.causes[0]["cause"] == FAILED
+    assert row.causes[0]["next_command"].startswith(f"cronwarden backfill run {sid} --start ")
+    [cause] = described["slot_causes"]["causes"]
+    assert cause["cause"] == FAILED
+    assert "failed on attempt 1: probe failing on purpose (attempt 1)" in cause["text"]

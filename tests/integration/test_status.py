@@ -54,6 +54,7 @@ ROW_KEYS = {
     "incident",
     "last_replay",
     "last_replay_error",
+    "missing",
 }
 
 
