@@ -13,7 +13,16 @@ import asyncpg
 from temporalio.client import Client, ScheduleDescription
 
 from cronwarden.activities.contract import fire_time_of_key
-from cronwarden.backfill.causes import OFF_GRID, Causes, Group, summarise, temporal_counts
+from cronwarden.backfill.causes import (
+    OFF_GRID,
+    Causes,
+    Evidence,
+    Group,
+    judge,
+    next_command,
+    summarise,
+    temporal_counts,
+)
 from cronwarden.backfill.evidence import gather, retention_start
 from cronwarden.backfill.plan import (
     GoneSchedule,
@@ -45,22 +54,8 @@ async def explain(
     """The causes of a planned or audited window's slots without a commit (epoch seconds):
     `missing`, `in_flight` (runs open now) and `held` (inside an operator's pause)."""
     desc = schedule.description
-    run_input = schedule.run_input if isinstance(schedule, ManagedSchedule) else None
-    timeout = schedule.execution_timeout if isinstance(schedule, ManagedSchedule) else None
-    evidence = await gather(
-        client,
-        conn,
-        schedule_id=schedule.schedule_id,
-        description=desc,
-        missing=missing,
-        in_flight=in_flight,
-        task_queue=schedule.task_queue if isinstance(schedule, ManagedSchedule) else None,
-        job=run_input.job if run_input else None,
-        overlap=run_input.overlap if run_input else "skip",
-        # A run that made Temporal skip a slot started at most its own timeout before it.
-        lookback=min(timeout or _LOOKBACK, _LOOKBACK),
-        beat=beat,
-        retained_from=await retention_start(client, now=now) if missing else None,
+    evidence = await gather_for(
+        client, conn, schedule, missing, in_flight=in_flight, beat=beat, now=now
     )
     causes = summarise(
         evidence,
@@ -81,6 +76,37 @@ async def explain(
 
 
 _LOOKBACK = timedelta(days=1)
+
+
+async def gather_for(
+    client: Client,
+    conn: Any,
+    schedule: ManagedSchedule | GoneSchedule,
+    missing: Sequence[int],
+    *,
+    in_flight: Sequence[int] = (),
+    beat: dict[str, Any] | None,
+    now: datetime,
+) -> Evidence:
+    """The evidence for the schedule's slots `missing` and `in_flight` (epoch seconds,
+    ascending)."""
+    run_input = schedule.run_input if isinstance(schedule, ManagedSchedule) else None
+    timeout = schedule.execution_timeout if isinstance(schedule, ManagedSchedule) else None
+    return await gather(
+        client,
+        conn,
+        schedule_id=schedule.schedule_id,
+        description=schedule.description,
+        missing=missing,
+        in_flight=in_flight,
+        task_queue=schedule.task_queue if isinstance(schedule, ManagedSchedule) else None,
+        job=run_input.job if run_input else None,
+        overlap=run_input.overlap if run_input else "skip",
+        # A run that made Temporal skip a slot started at most its own timeout before it.
+        lookback=min(timeout or _LOOKBACK, _LOOKBACK),
+        beat=beat,
+        retained_from=await retention_start(client, now=now) if len(missing) else None,
+    )
 
 
 async def explain_plan(
@@ -206,3 +232,61 @@ async def causes_of_keys(
             now=now,
         )
     return causes.as_json()
+
+
+async def slot_causes(
+    client: Client,
+    pool: asyncpg.Pool,
+    schedule_id: str,
+    fire_times: Sequence[datetime],
+    *,
+    now: datetime,
+) -> dict[datetime, dict[str, Any]]:
+    """Each of `fire_times` (a grid's missing slots) with its cause, its sentence and the
+    command that closes its gap (None while its run is open), for the status page: one
+    describe of the schedule, one paged visibility list over their span, the describes of the
+    runs in flight and one DescribeTaskQueue per queue. Raises what Temporal raises."""
+    if not fire_times:
+        return {}
+    schedule = await load_managed(client, schedule_id)
+    seconds = sorted({int(t.timestamp()) for t in fire_times})
+    async with pool.acquire() as conn:
+        beat = await heartbeats.get(conn, schedule_id)
+        evidence = await gather_for(client, conn, schedule, seconds, beat=beat, now=now)
+    paused = schedule.description.schedule.state.paused
+    found: dict[datetime, dict[str, Any]] = {}
+    for s in seconds:
+        verdict = judge(evidence, s)
+        t = datetime.fromtimestamp(s, UTC)
+        found[t] = {
+            "cause": verdict.cause,
+            "text": verdict.text,
+            "run": verdict.run,
+            "next_command": None
+            if verdict.in_flight
+            else next_command(schedule_id, t, t, paused=paused),
+        }
+    return found
+
+
+async def gap_cause(
+    client: Client,
+    pool: asyncpg.Pool,
+    schedule_id: str,
+    *,
+    since: datetime,
+    now: datetime,
+) -> dict[str, Any] | None:
+    """The likely cause of an overdue schedule's gap, from `since` (its heartbeat's expected
+    fire) to `now`, and the command that closes it, for an overdue page: the first cause of
+    the window's missing slots (the `causes` shape), or None when none is missing yet (the
+    run is late, not lost). Without Temporal, `next_command(schedule_id, since, now)` alone
+    still names the command."""
+    schedule = await load_managed(client, schedule_id)
+    window = Window(since.replace(microsecond=0), now.replace(microsecond=0))
+    planned = await plan(client, pool, schedule, window, now=now)
+    if not planned.missing and not planned.paused:
+        return None
+    causes = await explain_plan(client, pool, schedule, planned, now=now)
+    found = causes.as_json()
+    return found[0] if found else None

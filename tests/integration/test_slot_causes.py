@@ -30,6 +30,7 @@ from cronwarden.backfill.causes import (
     SKIPPED_OVERLAP,
     Group,
 )
+from cronwarden.backfill.explain import gap_cause, slot_causes
 from cronwarden.backfill.plan import load_managed
 from cronwarden.backfill.window import Window
 from cronwarden.schedules import operations
@@ -123,13 +124,20 @@ async def test_a_run_failing_every_attempt_says_on_which_attempt_and_why_then_th
 
         await wait_for(paused, timeout=40, what="pause_on_failure")
         await asyncio.sleep(2.5)  # a fire comes and is held by the pause
-        result = await audited(client, pool, sid, datetime.now(UTC))
+        now = datetime.now(UTC)
+        result = await audited(client, pool, sid, now)
+        # What an overdue page would carry: the gap from the first slot on.
+        created = (await handle.describe()).info.created_at
+        gap = await gap_cause(client, pool, sid, since=created, now=now)
     finally:
         await handle.delete()
     groups = by_cause(result)
     assert "failed on attempt 2: probe failing on purpose (attempt 2)" in groups[FAILED].text
     assert groups[PAUSED_TEMPORAL].text.startswith("paused in Temporal: ")
     assert groups[PAUSED_TEMPORAL].first_s > groups[FAILED].first_s
+    assert gap is not None
+    assert gap["cause"] == FAILED
+    assert gap["next_command"].endswith(" --include-paused")
 
 
 async def test_a_run_no_worker_polls_for_says_so(
@@ -141,10 +149,15 @@ async def test_a_run_no_worker_polls_for_says_so(
     try:
         await wait_for(counter(handle, "num_actions_skipped_overlap", 1), timeout=30, what="a skip")
         result = await audited(client, pool, sid, datetime.now(UTC))
+        # What the status page would show beside the slot.
+        first = datetime.fromtimestamp(by_cause(result)[NO_WORKER_POLLING].first_s, UTC)
+        per_slot = await slot_causes(client, pool, sid, [first], now=datetime.now(UTC))
     finally:
         await handle.pause()
         await terminate_running(client, handle)
         await handle.delete()
+    assert per_slot[first]["cause"] == NO_WORKER_POLLING
+    assert per_slot[first]["next_command"] is None
     groups = by_cause(result)
     assert f"no worker polls the task queue '{task_queue}'" in groups[NO_WORKER_POLLING].text
     assert groups[NO_WORKER_POLLING].count == 1
