@@ -7,6 +7,7 @@ Temporal and Postgres. What Kubernetes does with the exit code is the rendered p
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client
 
+from cronwarden.embedded import EmbeddedPostgres
 from tests.support.cleanup import delete_schedules
 from tests.support.cli import Result, cli
 from tests.support.releases import copy_manifests, release_job, render_release
@@ -100,3 +102,27 @@ async def test_each_release_applies_once_an_old_one_run_again_fails_and_a_rollba
     assert after.info.last_updated_at != before.info.last_updated_at
     # Now the second release is the old one.
     assert (await run_job(second, cli_env, tmp_path)).code == 2
+
+
+async def test_a_release_job_migrates_the_database_then_applies(
+    tmp_path: Path,
+    cli_env: dict[str, str],
+    postgres_server: EmbeddedPostgres,
+    schedule: str,
+) -> None:
+    """The Job, not a monitor pod, carries the release's migration: run on a database no
+    migration ran in, its init container brings it to the image's schema (what the new workers
+    wait for), then its container applies."""
+    name = f"empty_{uuid.uuid4().hex[:12]}"
+    postgres_server.create_database(name, exists_ok=False)
+    env = {**cli_env, "CRONWARDEN_DATABASE_URL": postgres_server.dsn(name)}
+    tree = copy_manifests(tmp_path)
+    docs = render_release(tree, tag="1.0.0", schedules=schedules_text(schedule, "0 3 1 1 *"))
+    assert (await cli(env, "migrate", "--check")).code == 1
+
+    for init in release_job(docs)["spec"]["template"]["spec"]["initContainers"]:
+        assert "command" not in init  # the image's entrypoint: cronwarden
+        ran = await cli(env, *init["args"])
+        assert ran.code == 0, ran
+    assert (await cli(env, "migrate", "--check")).code == 0
+    assert actions(await run_job(docs, env, tmp_path)) == ["created"]

@@ -12,7 +12,9 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 import tomllib
+from datetime import timedelta
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from cronwarden.activities.jobs import import_job_modules
-from cronwarden.schedules.model import parse_schedule_text
+from cronwarden.config import Settings
+from cronwarden.monitor import db_alert
+from cronwarden.schedules.model import ScheduleDefinition, parse_schedule_text
 from tests.support.locks import CHECKOV_VENV, RUNTIME_LOCK, closure, read_lock
 from tests.support.manifests import MONITORING_GROUP, monitoring_problems, render, run_tool
 from tests.support.releases import copy_manifests, release_job, render_release
@@ -239,6 +243,9 @@ def schema_problems(docs: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
+WORKLOADS = {"Deployment", "StatefulSet", "Job"}
+
+
 def by_name(docs: list[dict[str, Any]], kind: str, prefix: str) -> dict[str, Any]:
     [found] = [d for d in docs if d["kind"] == kind and d["metadata"]["name"].startswith(prefix)]
     return found
@@ -246,9 +253,7 @@ def by_name(docs: list[dict[str, Any]], kind: str, prefix: str) -> dict[str, Any
 
 def pod_specs(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {
-        d["metadata"]["name"]: d["spec"]["template"]["spec"]
-        for d in docs
-        if d["kind"] in {"Deployment", "Job"}
+        d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs if d["kind"] in WORKLOADS
     }
 
 
@@ -284,6 +289,7 @@ def test_the_manifests_render_and_validate_against_the_kubernetes_schemas(
         "ServiceAccount",
         "ConfigMap",
         "Deployment",
+        "StatefulSet",
         "PodDisruptionBudget",
         "NetworkPolicy",
         "Job",
@@ -338,30 +344,44 @@ def test_secrets_reach_the_pods_as_files_and_the_migrator_dsn_only_the_migrate_s
                 assert "valueFrom" not in var, f"{where}: {var['name']} from a Secret as env"
             assert all("secretRef" not in s for s in c.get("envFrom", [])), where
             seen[where] = secret_file(pod, c, "CRONWARDEN_DATABASE_URL")
-    assert seen.pop("cronwarden-monitor/migrate") == "cronwarden-database/migrator-url"
+    [job] = [name for name in pod_specs(rendered) if name.startswith("cronwarden-release-")]
+    assert seen.pop(f"{job}/migrate") == "cronwarden-database/migrator-url"
     assert set(seen.values()) == {"cronwarden-database/runtime-url"}, seen
 
 
-def test_the_monitor_migrates_the_workers_wait_for_it_and_only_the_release_job_applies(
+def command_line(container: dict[str, Any]) -> str:
+    """What a container runs, as one line: its command (the image's entrypoint, `cronwarden`,
+    when none is given) and its args."""
+    return " ".join(container.get("command", ["cronwarden"]) + container.get("args", []))
+
+
+def test_the_release_job_migrates_and_applies_and_no_long_running_pod_does_either(
     rendered: list[dict[str, Any]],
 ) -> None:
     pods = pod_specs(rendered)
     [job] = [name for name in pods if name.startswith("cronwarden-release-")]
     assert set(pods) == {"cronwarden-worker", "cronwarden-monitor", job}
-    # The monitor needs Postgres only, so it starts while Temporal is down.
-    [migrate] = pods["cronwarden-monitor"]["initContainers"]
+    # The release's Job migrates, then applies: once per release.
+    [migrate] = pods[job]["initContainers"]
     assert migrate["args"] == ["migrate"]
-    [wait] = pods["cronwarden-worker"]["initContainers"]
-    assert wait["args"] == ["migrate", "--check", "--wait", "10m"]
-    # No pod of a Deployment applies schedules: a pod recreated later (a drain, an old pod
-    # of a rollout) would apply its file again. The release's Job does, once.
-    for name in ("cronwarden-worker", "cronwarden-monitor"):
-        assert not [c for c in containers(pods[name]) if c["args"][:2] == ["schedules", "apply"]]
-    [job_wait] = pods[job]["initContainers"]
-    assert job_wait["args"] == wait["args"]
     [apply] = pods[job]["containers"]
     assert apply["args"][:2] == ["schedules", "apply"]
     assert "--force" not in apply["args"]
+    # A new worker polls only once the migration landed.
+    [wait] = pods["cronwarden-worker"]["initContainers"]
+    assert wait["args"] == ["migrate", "--check", "--wait", "10m"]
+    # No pod of the worker or the monitor migrates or applies: a pod recreated later (a drain,
+    # an old pod of a rollout) would apply its file again, and a monitor that must migrate
+    # before it runs cannot start while Postgres is down. The monitor's wait for the migration
+    # lets it start whatever the check says (tests/integration/test_monitor_start.py runs it).
+    for name in ("cronwarden-worker", "cronwarden-monitor"):
+        for c in containers(pods[name]):
+            line = command_line(c)
+            assert "schedules apply" not in line, f"{name}/{c['name']}"
+            assert re.search(r"cronwarden migrate(?! --check)", line) is None, f"{name}/{c['name']}"
+    [monitor_wait] = pods["cronwarden-monitor"]["initContainers"]
+    assert "cronwarden migrate --check --wait 10m" in command_line(monitor_wait)
+    assert "exit 0" in command_line(monitor_wait)
 
 
 def configmaps_used(pod: dict[str, Any]) -> set[str]:
@@ -415,15 +435,20 @@ def test_a_second_release_changes_only_fields_kubectl_apply_may_change(tree: Pat
     # The one object with an immutable pod template, the release's Job, is a new object under
     # a new name: `kubectl apply -k` of the second release needs no delete first.
     for docs in (first, second):
-        assert {d["kind"] for d in docs}.isdisjoint({"CronJob", "Pod", "StatefulSet"})
+        assert {d["kind"] for d in docs}.isdisjoint({"CronJob", "Pod"})
     assert release_job(first)["metadata"]["name"] == "cronwarden-release-1.0.0"
     assert release_job(second)["metadata"]["name"] == "cronwarden-release-1.1.0"
     # The new image changes the monitor's template (its rollout migrates) and the workers'
     # (their new pods wait for that migration).
     for deployment in ("cronwarden-monitor", "cronwarden-worker"):
-        before = by_name(first, "Deployment", deployment)["spec"]["template"]
-        after = by_name(second, "Deployment", deployment)["spec"]["template"]
+        before = workload(first, deployment)["spec"]["template"]
+        after = workload(second, deployment)["spec"]["template"]
         assert before != after, deployment
+    # The monitor's volume claims cannot change once created: a release keeps them as they are.
+    assert (
+        workload(first, "cronwarden-monitor")["spec"]["volumeClaimTemplates"]
+        == workload(second, "cronwarden-monitor")["spec"]["volumeClaimTemplates"]
+    )
     for pod in pod_specs(second).values():
         assert {c["image"] for c in containers(pod)} == {"cronwarden:1.1.0"}
     # The release's Job applies the release's file; no worker mounts it.
@@ -431,20 +456,78 @@ def test_a_second_release_changes_only_fields_kubectl_apply_may_change(tree: Pat
     assert configmaps_used(release_job(second)["spec"]["template"]["spec"]) >= {applied}
     assert applied not in configmaps_used(pod_specs(second)["cronwarden-worker"])
     assert applied != by_name(first, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
-    # Old pods stop only once a new one is ready, so a release that cannot migrate or apply
-    # leaves the old monitors and workers running.
-    for deployment in ("cronwarden-monitor", "cronwarden-worker"):
-        strategy = by_name(second, "Deployment", deployment)["spec"]["strategy"]
-        assert strategy["rollingUpdate"]["maxUnavailable"] == 0, deployment
+    # Old workers stop only once a new one is ready, so a release that cannot migrate leaves
+    # the old workers running. The monitors are replaced one at a time, the next only once the
+    # new one is ready: one of the two always runs, the old one if the new one cannot start.
+    strategy = by_name(second, "Deployment", "cronwarden-worker")["spec"]["strategy"]
+    assert strategy["rollingUpdate"]["maxUnavailable"] == 0
+    monitors = by_name(second, "StatefulSet", "cronwarden-monitor")["spec"]
+    assert monitors["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1},
+    }
+    assert monitors["replicas"] == 2
 
 
-def test_a_drain_evicts_one_pod_at_a_time_and_unready_pods_always(
+def workload(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    [found] = [d for d in docs if d["kind"] in WORKLOADS and d["metadata"]["name"] == name]
+    return found
+
+
+def test_a_drain_evicts_one_worker_at_a_time_and_never_the_last_monitor(
     rendered: list[dict[str, Any]],
 ) -> None:
-    for component in ("cronwarden-worker", "cronwarden-monitor"):
-        budget = by_name(rendered, "PodDisruptionBudget", component)["spec"]
-        assert budget["maxUnavailable"] == 1, component
-        assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow", component
+    workers = by_name(rendered, "PodDisruptionBudget", "cronwarden-worker")["spec"]
+    assert workers["maxUnavailable"] == 1
+    # A worker that is not ready (Postgres or Temporal away) runs nothing: evicting it costs
+    # nothing, and blocking the drain would hold a node for the length of the outage.
+    assert workers["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    # A monitor that is not ready (Postgres away) is the one thing that pages that outage: one
+    # is evicted only while another is ready, so a drain during the outage waits.
+    monitors = by_name(rendered, "PodDisruptionBudget", "cronwarden-monitor")["spec"]
+    assert monitors["minAvailable"] == 1 and "maxUnavailable" not in monitors
+    assert monitors.get("unhealthyPodEvictionPolicy", "IfHealthyBudget") == "IfHealthyBudget"
+    for name, budget in (("cronwarden-worker", workers), ("cronwarden-monitor", monitors)):
+        labels = workload(rendered, name)["spec"]["template"]["metadata"]["labels"]
+        assert budget["selector"]["matchLabels"].items() <= labels.items(), name
+
+
+def test_the_two_monitors_never_share_a_node(rendered: list[dict[str, Any]]) -> None:
+    template = workload(rendered, "cronwarden-monitor")["spec"]["template"]
+    [spread] = template["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["maxSkew"] == 1
+    # Honoured, not preferred: ScheduleAnyway puts both on one node when the scheduler likes
+    # that node better, and that node's drain or failure takes both.
+    assert spread["whenUnsatisfiable"] == "DoNotSchedule"
+    assert spread["labelSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+
+
+def test_the_monitor_keeps_its_database_alert_state_and_its_name_when_its_pod_is_recreated(
+    rendered: list[dict[str, Any]],
+) -> None:
+    """The "cannot reach the database" alert has no database to live in: its state is a file
+    under TMPDIR, and its page's dedup key is the host name. Both must outlive the pod, or an
+    alert opened before a drain is never resolved."""
+    # Where the monitor keeps that state: under the temporary directory, named by the database.
+    dsn = "postgresql://cronwarden_runtime:secret@db:5432/app"
+    assert db_alert.default_state_file(dsn).parent == Path(tempfile.gettempdir())
+    monitors = workload(rendered, "cronwarden-monitor")
+    # A StatefulSet's pod keeps its name (the host name) and its claims when it is recreated;
+    # a Deployment's replacement gets a new name and fresh volumes.
+    assert monitors["kind"] == "StatefulSet"
+    assert monitors["spec"]["podManagementPolicy"] == "Parallel"  # both start, ready or not
+    claims = {c["metadata"]["name"]: c["spec"] for c in monitors["spec"]["volumeClaimTemplates"]}
+    [monitor] = monitors["spec"]["template"]["spec"]["containers"]
+    tmpdir = {e["name"]: e.get("value") for e in monitor["env"]}["TMPDIR"]
+    mounts = {m["mountPath"]: m["name"] for m in monitor["volumeMounts"]}
+    assert tmpdir in mounts and mounts[tmpdir] in claims, (tmpdir, mounts)
+    assert claims[mounts[tmpdir]]["accessModes"] == ["ReadWriteOnce"]
+    # Kept when the StatefulSet is scaled down or deleted: a monitor brought back finds it.
+    assert monitors["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
 
 
 def test_everything_lives_in_a_namespace_that_enforces_the_restricted_level(
@@ -468,7 +551,9 @@ def test_the_network_policy_opens_only_the_probe_ports_and_the_servers_ports(
     egress = {(p["port"], p["protocol"]) for rule in policy["egress"] for p in rule["ports"]}
     assert egress == {(53, "UDP"), (53, "TCP"), (7233, "TCP"), (5432, "TCP"), (443, "TCP")}
     pods = [
-        d["spec"]["template"]["metadata"]["labels"] for d in rendered if d["kind"] == "Deployment"
+        d["spec"]["template"]["metadata"]["labels"]
+        for d in rendered
+        if d["kind"] in {"Deployment", "StatefulSet"}
     ]
     assert all(policy["podSelector"]["matchLabels"].items() <= labels.items() for labels in pods)
 
@@ -486,9 +571,7 @@ def test_the_worker_probes_its_health_port_and_outlives_its_graceful_timeout(
     assert {"name": "CRONWARDEN_HEALTH_PORT", "value": str(port)} in worker["env"]
     assert worker["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert worker["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
-    settings = by_name(rendered, "ConfigMap", "cronwarden-settings")["data"]
-    graceful = float(settings["CRONWARDEN_GRACEFUL_SHUTDOWN_SECONDS"])
-    assert pod["terminationGracePeriodSeconds"] > graceful
+    assert drain_problems(rendered) == []
     assert {c["topologyKey"] for c in pod["topologySpreadConstraints"]} == {
         "kubernetes.io/hostname",
         "topology.kubernetes.io/zone",
@@ -499,10 +582,86 @@ def test_the_worker_probes_its_health_port_and_outlives_its_graceful_timeout(
     assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
 
 
+# What a worker needs after its graceful time before SIGKILL: the runs still going are cancelled,
+# roll back and release their leases, and the pool closes.
+DRAIN_MARGIN_SECONDS = 30
+
+
+def longest_job_timeout(schedule_file: str) -> timedelta:
+    """The longest run a worker may have to drain: the longest `timeout` of the file; for a file
+    with no entry, the default, which the first entry added without one gets."""
+    entries = (yaml.safe_load(schedule_file) or {}).get("schedules") or []
+    default: timedelta = ScheduleDefinition.model_fields["timeout"].default
+    return max((ScheduleDefinition.model_validate(e).timeout for e in entries), default=default)
+
+
+def drain_problems(docs: list[dict[str, Any]]) -> list[str]:
+    """Where a rendered release would cut runs off on a rollout, drain or scale-down: a graceful
+    shutdown shorter than the longest job timeout (the run is cancelled, which spends one of its
+    attempts), or a grace period that does not outlive the graceful shutdown (SIGKILL, and the
+    run's lease held until its TTL)."""
+    settings = by_name(docs, "ConfigMap", "cronwarden-settings")["data"]
+    graceful = float(
+        settings.get(
+            "CRONWARDEN_GRACEFUL_SHUTDOWN_SECONDS",
+            Settings.model_fields["graceful_shutdown_seconds"].default,
+        )
+    )
+    grace = workload(docs, "cronwarden-worker")["spec"]["template"]["spec"][
+        "terminationGracePeriodSeconds"
+    ]
+    schedules = by_name(docs, "ConfigMap", "cronwarden-schedules")["data"]["schedules.yaml"]
+    longest = longest_job_timeout(schedules).total_seconds()
+    problems = []
+    if graceful < longest:
+        problems.append(f"graceful shutdown {graceful:g} s < the longest job timeout {longest:g} s")
+    if grace < graceful + DRAIN_MARGIN_SECONDS:
+        problems.append(
+            f"terminationGracePeriodSeconds {grace} < graceful shutdown {graceful:g} s "
+            f"+ {DRAIN_MARGIN_SECONDS} s"
+        )
+    return problems
+
+
+def overlays() -> list[Path]:
+    """Every directory under deploy/kubernetes that renders on its own (not a component)."""
+    found = []
+    for kustomization in sorted(KUBERNETES.rglob("kustomization.yaml")):
+        if yaml.safe_load(kustomization.read_text())["kind"] == "Kustomization":
+            found.append(kustomization.parent)
+    return found
+
+
+def test_every_overlay_drains_its_workers_for_longer_than_its_longest_job_timeout() -> None:
+    assert {KUBERNETES, KUBERNETES / "base", KUBERNETES / "example"} <= set(overlays())
+    for overlay in overlays():
+        assert drain_problems(render(overlay)) == [], overlay
+
+
+def test_the_drain_check_catches_a_job_timeout_or_a_graceful_shutdown_raised_alone(
+    tree: Path,
+) -> None:
+    hour = "schedules:\n  - {id: hourly, job: reconcile, cron: '0 * * * *', timeout: 40m}\n"
+    assert drain_problems(render_release(tree, tag="1.0.0", schedules=hour)) == [
+        "graceful shutdown 900 s < the longest job timeout 2400 s"
+    ]
+    settings = tree / "base" / "settings.env"
+    raised = settings.read_text().replace("SHUTDOWN_SECONDS=900", "SHUTDOWN_SECONDS=2400")
+    settings.write_text(raised)
+    assert drain_problems(render_release(tree, tag="1.0.1", schedules=hour)) == [
+        "terminationGracePeriodSeconds 930 < graceful shutdown 2400 s + 30 s"
+    ]
+    worker = tree / "base" / "worker.yaml"
+    worker.write_text(
+        worker.read_text().replace("GracePeriodSeconds: 930", "GracePeriodSeconds: 2430")
+    )
+    assert drain_problems(render_release(tree, tag="1.0.2", schedules=hour)) == []
+
+
 def test_the_monitor_runs_two_replicas_scraped_on_its_metrics_port(
     rendered: list[dict[str, Any]],
 ) -> None:
-    deployment = by_name(rendered, "Deployment", "cronwarden-monitor")
+    deployment = by_name(rendered, "StatefulSet", "cronwarden-monitor")
     assert deployment["spec"]["replicas"] == 2
     template = deployment["spec"]["template"]
     [monitor] = template["spec"]["containers"]

@@ -280,7 +280,10 @@ def test_promtool_catches_a_rule_that_fires_where_it_must_not(tmp_path: Path) ->
 def test_the_pod_monitors_scrape_the_worker_and_monitor_pods_on_their_metrics_ports() -> None:
     docs = render(EXAMPLE)
     monitors = [d for d in docs if d["kind"] == "PodMonitor"]
-    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    # The workers are a Deployment, the monitors a StatefulSet (deploy/kubernetes/base).
+    deployments = {
+        d["metadata"]["name"]: d for d in docs if d["kind"] in {"Deployment", "StatefulSet"}
+    }
     [policy] = [d for d in docs if d["kind"] == "NetworkPolicy"]
     open_ports = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     scraped = {}
