@@ -10,10 +10,13 @@ example keys, the command that closes the gap); only `NAMED` slots are kept one 
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
+from itertools import chain
 from typing import Any
 
 from temporalio.client import ScheduleDescription
@@ -98,9 +101,43 @@ class Evidence:
     pause_on_failure pause the schedule."""
     fire_index: list[int] = field(init=False, repr=False)
     """The runs' fire times, for bisection (`runs` is sorted by fire time)."""
+    _starts: list[float] = field(init=False, repr=False)
+    _reach: list[tuple[float, Run]] = field(init=False, repr=False)
+    _last_start: float | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fire_index", [r.fire_s for r in self.runs])
+        # Indexes built once, so a slot is judged by two bisections whatever the runs' number.
+        set_ = object.__setattr__
+        set_(self, "fire_index", [r.fire_s for r in self.runs])
+        scheduled = sorted((r for r in self.runs if not r.replay), key=lambda r: r.started)
+        set_(self, "_starts", [r.started.timestamp() for r in scheduled])
+        # The run open longest among those started by each point: the one a slot waits behind.
+        reach: list[tuple[float, Run]] = []
+        for r in scheduled:
+            close = math.inf if r.closed is None else r.closed.timestamp()
+            reach.append((close, r) if not reach or close > reach[-1][0] else reach[-1])
+        set_(self, "_reach", reach)
+        set_(self, "_last_start", self._starts[-1] if scheduled else None)
+
+    def own_run(self, fire_s: int) -> Run | None:
+        """The slot's own run: its scheduled run before a replay of it, the latest of each."""
+        lo = bisect_left(self.fire_index, fire_s)
+        hi = bisect_right(self.fire_index, fire_s, lo)
+        if lo == hi:
+            return None
+        return max(self.runs[lo:hi], key=lambda r: (not r.replay, r.started))
+
+    def open_at(self, fire_s: int) -> Run | None:
+        """The scheduled run still open at `fire_s` that started before it (replays hold the
+        lease, not Temporal's overlap policy, so they never make Temporal skip)."""
+        i = bisect_right(self._starts, fire_s) - 1
+        if i < 0:
+            return None
+        close, run = self._reach[i]
+        return run if close > fire_s else None
+
+    def after_last_start(self, fire_s: int) -> bool:
+        return self._last_start is None or fire_s >= self._last_start
 
 
 @dataclass(frozen=True)
@@ -223,30 +260,58 @@ def next_command_for(causes: Causes, group: Group) -> str | None:
     )
 
 
-def judge(evidence: Evidence, fire_s: int) -> Verdict:
-    """Why the slot at `fire_s` (epoch seconds, no commit) has none. Pure."""
-    own = _own_runs(evidence, fire_s)
-    if own:
-        return _judge_run(evidence, own[-1])
+def classify(evidence: Evidence, fire_s: int) -> tuple[str, Run | None, bool]:
+    """The slot's cause, the run it names and whether that run is its own and open: cheap
+    enough for every slot of a year (two bisections, no text). Pure."""
+    own = evidence.own_run(fire_s)
+    if own is not None:
+        return _run_cause(evidence, own), own, own.closed is None
     if evidence.listed_from is not None and fire_s < evidence.listed_from.timestamp():
-        return Verdict(UNKNOWN, "not judged: more runs than one window lists; audit less at once")
+        return UNKNOWN, None, False
     if evidence.paused_since is not None and fire_s >= evidence.paused_since.timestamp():
         # pause_on_failure paused it when its failed run closed: nothing was taken after.
-        return Verdict(PAUSED_TEMPORAL, f"paused in Temporal: {evidence.paused_note}")
-    blocker = _open_at(evidence, fire_s)
+        return PAUSED_TEMPORAL, None, False
+    blocker = evidence.open_at(fire_s)
     if blocker is not None and evidence.overlap != "allow_all":
-        key = slot_key(evidence.schedule_id, blocker.fire_s)
+        return SKIPPED_OVERLAP, blocker, False
+    if evidence.paused_note is not None and evidence.after_last_start(fire_s):
+        return PAUSED_TEMPORAL, None, False
+    if evidence.retained_from is not None and fire_s < evidence.retained_from.timestamp():
+        return UNKNOWN, None, False
+    return MISSED_CATCHUP, None, False
+
+
+def _run_cause(evidence: Evidence, run: Run) -> str:
+    detail = evidence.details.get(run.workflow_id)
+    if detail is not None:
+        return detail.cause
+    if run.closed is None:
+        return RUNNING
+    return SKIPPED_LEASE if run.status == "completed" else FAILED
+
+
+def judge(evidence: Evidence, fire_s: int) -> Verdict:
+    """Why the slot at `fire_s` (epoch seconds, no commit) has none, in a sentence. Pure."""
+    cause, run, _ = classify(evidence, fire_s)
+    if run is not None and run.fire_s == fire_s:
+        return _run_verdict(evidence, run, cause)
+    if cause == SKIPPED_OVERLAP and run is not None:
+        key = slot_key(evidence.schedule_id, run.fire_s)
         return Verdict(
             SKIPPED_OVERLAP,
             f"skipped by Temporal's overlap policy ({evidence.overlap}) behind run {key}, "
             "still open at that time",
             run=key,
         )
-    if evidence.paused_note is not None and _after_last_start(evidence, fire_s):
+    if cause == PAUSED_TEMPORAL:
         return Verdict(PAUSED_TEMPORAL, f"paused in Temporal: {evidence.paused_note}")
-    if evidence.retained_from is not None and fire_s < evidence.retained_from.timestamp():
+    if cause == UNKNOWN:
+        cut = evidence.listed_from is not None and fire_s < evidence.listed_from.timestamp()
         return Verdict(
-            UNKNOWN, "no run on record: older than Temporal's retention, which forgot its runs"
+            UNKNOWN,
+            "not judged: more runs than one window lists; audit a shorter window"
+            if cut
+            else "no run on record: older than Temporal's retention, which forgot its runs",
         )
     return Verdict(
         MISSED_CATCHUP,
@@ -255,66 +320,26 @@ def judge(evidence: Evidence, fire_s: int) -> Verdict:
     )
 
 
-def _judge_run(evidence: Evidence, run: Run) -> Verdict:
+def _run_verdict(evidence: Evidence, run: Run, cause: str) -> Verdict:
     detail = evidence.details.get(run.workflow_id)
     who = "replay" if run.replay else "run"
+    in_flight = run.closed is None
     if detail is not None:
-        return Verdict(detail.cause, detail.text, run=run.workflow_id, in_flight=run.closed is None)
-    if run.closed is None:
-        return Verdict(
-            RUNNING,
-            f"{who} {run.workflow_id} running since {utc_text(run.started)}",
-            run.workflow_id,
-            in_flight=True,
-        )
-    if run.status == "completed":
+        return Verdict(cause, detail.text, run=run.workflow_id, in_flight=in_flight)
+    if in_flight:
+        text = f"{who} {run.workflow_id} running since {utc_text(run.started)}"
+        return Verdict(RUNNING, text, run.workflow_id, in_flight=True)
+    if cause == SKIPPED_LEASE:
         skip = evidence.lease_skip or {}
         if skip.get("logical_key") == slot_key(evidence.schedule_id, run.fire_s):
-            holder = skip.get("holder") or "another run"
-            return Verdict(
-                SKIPPED_LEASE, f"skipped at the lease, held by {holder}", run.workflow_id
-            )
-        return Verdict(
-            SKIPPED_LEASE,
-            f"{who} {run.workflow_id} ended without committing (the lease was held)",
-            run.workflow_id,
-        )
+            text = f"skipped at the lease, held by {skip.get('holder') or 'another run'}"
+        else:
+            text = f"{who} {run.workflow_id} ended without committing (the lease was held)"
+        return Verdict(SKIPPED_LEASE, text, run.workflow_id)
     error = f" ({evidence.last_error})" if evidence.last_error and not run.replay else ""
     return Verdict(
-        FAILED,
-        f"{who} {run.workflow_id} {run.status.replace('_', ' ')}{error}",
-        run.workflow_id,
+        FAILED, f"{who} {run.workflow_id} {run.status.replace('_', ' ')}{error}", run.workflow_id
     )
-
-
-def _own_runs(evidence: Evidence, fire_s: int) -> list[Run]:
-    # Runs are few next to slots in a long window, and sorted by fire time: bisect.
-    runs = evidence.runs
-    hi = bisect_right(evidence.fire_index, fire_s)
-    found = []
-    i = hi - 1
-    while i >= 0 and runs[i].fire_s == fire_s:
-        found.append(runs[i])
-        i -= 1
-    # A scheduled run speaks for its slot before a replay of it does.
-    return sorted(found, key=lambda r: (not r.replay, r.started))
-
-
-def _open_at(evidence: Evidence, fire_s: int) -> Run | None:
-    """The scheduled run of an earlier slot still open at `fire_s` (replays hold the lease, not
-    Temporal's overlap policy, so they never make Temporal skip)."""
-    moment = datetime.fromtimestamp(fire_s, UTC)
-    for run in reversed(evidence.runs[: bisect_right(evidence.fire_index, fire_s - 1)]):
-        if run.replay or run.started > moment:
-            continue
-        if run.closed is None or run.closed > moment:
-            return run
-    return None
-
-
-def _after_last_start(evidence: Evidence, fire_s: int) -> bool:
-    starts = [r.started for r in evidence.runs if not r.replay]
-    return not starts or datetime.fromtimestamp(fire_s, UTC) >= max(starts)
 
 
 def summarise(
@@ -326,25 +351,26 @@ def summarise(
     in_flight: Iterable[int] = (),
     paused_now: bool = False,
 ) -> Causes:
-    """Every slot of `missing`, `in_flight` and `held` (epoch seconds) judged and grouped."""
+    """Every slot of `missing`, `in_flight` and `held` (epoch seconds) judged and grouped: a
+    sentence is written only for a group's first slot and the first `NAMED` slots."""
     groups: dict[tuple[str, bool], Group] = {}
     named: list[tuple[int, Verdict]] = []
 
-    def add(fire_s: int, verdict: Verdict) -> None:
-        group = groups.get((verdict.cause, verdict.in_flight))
-        if group is None:
-            group = Group(verdict.cause, verdict.text, in_flight=verdict.in_flight)
-            groups[(verdict.cause, verdict.in_flight)] = group
+    def add(fire_s: int, key: tuple[str, bool], verdict: Callable[[], Verdict]) -> None:
+        group = groups.get(key)
+        if group is None or len(named) < NAMED:
+            found = verdict()
+            if group is None:
+                group = groups[key] = Group(found.cause, found.text, in_flight=key[1])
+            if len(named) < NAMED:
+                named.append((fire_s, found))
         group.add(fire_s)
-        if len(named) < NAMED:
-            named.append((fire_s, verdict))
 
-    for s in in_flight:
-        add(s, judge(evidence, s))
-    for s in missing:
-        add(s, judge(evidence, s))
+    for s in chain(in_flight, missing):
+        cause, _, open_ = classify(evidence, s)
+        add(s, (cause, open_), partial(judge, evidence, s))
     for s in held:
-        add(s, _held_verdict(s, pauses))
+        add(s, (PAUSED_OPERATOR, False), partial(_held_verdict, s, pauses))
     named.sort(key=lambda item: item[0])
     return Causes(
         evidence.schedule_id,
