@@ -37,7 +37,7 @@ from cronwarden.schedules import operations
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.health import MISSING
 from cronwarden.schedules.status import status_report
-from tests.support.cli import cli_json, iso
+from tests.support.cli import cli, cli_json, iso
 from tests.support.database import committed_times
 from tests.support.outage import terminate_running
 from tests.support.schedules import definition, new_id, yearly_definition
@@ -216,10 +216,14 @@ async def test_an_operators_pause_gives_its_reason_and_the_command_that_closes_t
         doc = await cli_json(
             cli_env, "backfill", "plan", sid, "--start", iso(created), "--end", "now"
         )
+        text = await cli(cli_env, "audit", sid, "--since", iso(created))
     finally:
         await handle.delete()
     [held] = [c for c in doc["causes"] if c["cause"] == PAUSED_OPERATOR]
     assert held["text"] == "paused by an operator: db migration"
+    assert text.code == 0, text.stderr
+    assert "paused-operator: paused by an operator: db migration" in text.stdout
+    assert f"    next: cronwarden backfill run {sid} --start " in text.stdout
     assert held["count"] >= 2
     assert held["next_command"] == (
         f"cronwarden backfill run {sid} --start {held['first'].split('@')[1]} "
