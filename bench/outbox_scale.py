@@ -25,15 +25,18 @@ and the longest a commit waited meanwhile against the median before.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bench.stack import BenchStack
 from bench.table import Row
+from cronwarden.activities.contract import logical_key
 from cronwarden.store import outbox, outbox_partitions
 from cronwarden.store.migrate import migrate
 from cronwarden.store.pool import connect, create_pool
@@ -67,6 +70,8 @@ class Figures:
     mb_per_million: float
     drop_ms: float
     drop_fire_ms: float
+    done_pages: int
+    fresh_pages: int
 
 
 async def _median_ms(runs: int, call: Callable[[], Awaitable[object]]) -> float:
@@ -86,6 +91,19 @@ class Filled:
     """The fleet's first fire time; each schedule fires every STEP from it."""
     per_schedule: int
     """Fires of each schedule."""
+
+
+_BY_KEY_AND_TIME = (
+    "SELECT args_digest FROM cronwarden.outbox WHERE logical_key = $1 AND fire_time = $2"
+)
+_BY_KEY = "SELECT args_digest FROM cronwarden.outbox WHERE logical_key = $1"
+
+
+async def _pages(conn: Any, query: str, *args: object) -> int:
+    """Shared buffers (hit or read) one execution of `query` touches, by EXPLAIN ANALYZE."""
+    plan = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", *args)
+    top = json.loads(plan)[0]["Plan"]
+    return int(top["Shared Hit Blocks"] + top["Shared Read Blocks"])
 
 
 async def _filled(stack: BenchStack, rows: int, *, partitioned: bool) -> Filled:
@@ -112,6 +130,8 @@ async def _filled(stack: BenchStack, rows: int, *, partitioned: bool) -> Filled:
                 first=first,
             )
         await conn.execute("VACUUM ANALYZE cronwarden.outbox")
+        # The fill's dirty pages written out now, not while the figures are taken.
+        await conn.execute("CHECKPOINT")
     finally:
         await conn.close()
     return Filled(dsn, name, start, rows // schedules)
@@ -160,6 +180,12 @@ async def _figures(stack: BenchStack, rows: int) -> Figures:
             assert await commit_fire(pool, "fleet-0", next(olds)) is None
 
         done_ms = await _median_ms(runs, done_look)
+        async with pool.acquire() as conn:
+            # Pages read, which the machine's load does not change: a done key's month, and a
+            # key not done yet, which is read by key alone in every month.
+            known = old[len(old) // 2]
+            done_pages = await _pages(conn, _BY_KEY_AND_TIME, logical_key("fleet-0", known), known)
+            fresh_pages = await _pages(conn, _BY_KEY, logical_key("fleet-0", now))
 
         day = start + STEP * (per_schedule // 2)
         page = [int((day + STEP * k).timestamp()) for k in range(288)]
@@ -212,6 +238,8 @@ async def _figures(stack: BenchStack, rows: int) -> Figures:
         mb_per_million=size / 2**20 / (total / 1e6),
         drop_ms=drop_ms,
         drop_fire_ms=drop_fire_ms,
+        done_pages=done_pages,
+        fresh_pages=fresh_pages,
     )
 
 
@@ -267,6 +295,8 @@ def _rows(figures: list[Figures], conversions: list[Conversion], *, judged: bool
         ("live fire: lease + commit, 2 round trips", "ms", lambda f: f.fire_ms, False),
         ("live fires, 8 at once", "fires/s", lambda f: f.fires_per_s, True),
         ("guard's done? look of an old key", "ms", lambda f: f.done_ms, False),
+        ("pages read: a done key's record", "pages", lambda f: f.done_pages, False),
+        ("pages read: a key not done yet (every month)", "pages", lambda f: f.fresh_pages, False),
         ("backfill plan's outbox read, one schedule's day", "ms", lambda f: f.plan_ms, False),
         ("monitor: partition upkeep", "ms", lambda f: f.upkeep_ms, False),
         ("status timelines, 10 schedules", "ms", lambda f: f.timelines_ms, False),
