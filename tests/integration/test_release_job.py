@@ -17,6 +17,7 @@ import pytest_asyncio
 from temporalio.client import Client
 
 from cronwarden.embedded import EmbeddedPostgres
+from cronwarden.schedules.inventory import describe_or_none
 from tests.support.cleanup import delete_schedules
 from tests.support.cli import Result, cli
 from tests.support.releases import copy_manifests, release_job, render_release
@@ -32,8 +33,11 @@ async def schedule(client: Client) -> AsyncIterator[str]:
     await delete_schedules(client, [sid])
 
 
-def schedules_text(sid: str, cron: str) -> str:
-    return f"schedules:\n  - id: {sid}\n    job: probe\n    cron: '{cron}'\n"
+def schedules_text(sid: str, cron: str, *more: str) -> str:
+    """A file of schedule `sid` firing on `cron`, and of each id in `more`, firing yearly."""
+    lines = [f"  - id: {sid}\n    job: probe\n    cron: '{cron}'\n"]
+    lines += [f"  - id: {other}\n    job: probe\n    cron: '0 5 1 1 *'\n" for other in more]
+    return "schedules:\n" + "".join(lines)
 
 
 async def run_job(docs: list[dict[str, Any]], env: dict[str, str], workdir: Path) -> Result:
@@ -75,14 +79,33 @@ async def test_each_release_applies_once_an_old_one_run_again_fails_and_a_rollba
     tmp_path: Path, cli_env: dict[str, str], client: Client, schedule: str
 ) -> None:
     tree = copy_manifests(tmp_path)
+    added = f"{schedule}-added"  # a schedule only the second release lists
     first = render_release(tree, tag="1.0.0", schedules=schedules_text(schedule, "0 3 1 1 *"))
-    second = render_release(tree, tag="1.1.0", schedules=schedules_text(schedule, "0 4 1 1 *"))
+    second = render_release(
+        tree, tag="1.1.0", schedules=schedules_text(schedule, "0 4 1 1 *", added)
+    )
 
     assert actions(await run_job(first, cli_env, tmp_path)) == ["created"]
-    assert actions(await run_job(second, cli_env, tmp_path)) == ["updated"]
-    # The same release's Job again (created anew after its TTL): a no-op.
-    assert actions(await run_job(second, cli_env, tmp_path)) == ["unchanged"]
+    try:
+        assert actions(await run_job(second, cli_env, tmp_path)) == ["updated", "created"]
+        # The same release's Job again (created anew after its TTL): a no-op.
+        assert actions(await run_job(second, cli_env, tmp_path)) == ["unchanged", "unchanged"]
+        await rejected_then_rolled_back(tree, first, second, cli_env, client, schedule, tmp_path)
+    finally:
+        await delete_schedules(client, [added])
 
+
+async def rejected_then_rolled_back(
+    tree: Path,
+    first: list[dict[str, Any]],
+    second: list[dict[str, Any]],
+    cli_env: dict[str, str],
+    client: Client,
+    schedule: str,
+    tmp_path: Path,
+) -> None:
+    """After the second release: the first release's Job is refused, and a rollback to it puts
+    its file back."""
     # The first release's Job again, after the second: refused, nothing written, and the Job
     # fails at once.
     before = await client.get_schedule_handle(schedule).describe()
@@ -97,7 +120,9 @@ async def test_each_release_applies_once_an_old_one_run_again_fails_and_a_rollba
         tree, tag="1.0.0-rollback1", schedules=schedules_text(schedule, "0 3 1 1 *"), rollback=True
     )
     assert release_job(rollback)["metadata"]["name"] != release_job(first)["metadata"]["name"]
-    assert actions(await run_job(rollback, cli_env, tmp_path)) == ["updated"]
+    # It puts the first file back as it was: the schedule only the second listed is deleted.
+    assert actions(await run_job(rollback, cli_env, tmp_path)) == ["updated", "deleted"]
+    assert await describe_or_none(client, f"{schedule}-added") is None
     after = await client.get_schedule_handle(schedule).describe()
     assert after.info.last_updated_at != before.info.last_updated_at
     # Now the second release is the old one.

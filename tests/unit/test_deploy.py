@@ -696,10 +696,12 @@ def test_a_rollback_is_a_release_of_its_own_that_forces_the_previous_file(tree: 
     job = release_job(rolled_back)
     # A new Job (the previous release's may still exist, and would not run again) ...
     assert job["metadata"]["name"] == "cronwarden-release-1.0.0-rollback1"
-    # ... applying the previous release's file, forced past the newer one applied since.
+    # ... applying the previous release's file, forced past the newer one applied since, and
+    # deleting what only the newer one listed.
     [apply] = job["spec"]["template"]["spec"]["containers"]
     [before] = release_job(previous)["spec"]["template"]["spec"]["containers"]
-    assert apply["args"] == [*before["args"], "--force"]
+    assert apply["args"] == [*before["args"], "--force", "--prune"]
+    assert "--prune" not in before["args"]
     schedules = by_name(rolled_back, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
     assert schedules == by_name(previous, "ConfigMap", "cronwarden-schedules")["metadata"]["name"]
 
