@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -19,6 +20,7 @@ from cronwarden.store.pool import connect, create_pool
 from cronwarden.store.runs import commit_run
 from tests.support.cli import cli
 from tests.support.outbox_fires import Committer, commit_fire, commit_record, fill
+from tests.support.paths import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -224,3 +226,35 @@ async def test_backfill_and_audit_refuse_a_window_past_the_horizon(
     assert result.code == 0, result.stderr
     assert "nothing to replay" in result.stdout
     assert "never replayed" in result.stderr
+
+
+async def test_the_runtime_role_keeps_the_months_but_never_reaches_a_record_but_by_the_outbox(
+    database: str,
+) -> None:
+    admin = await connect(database)
+    try:
+        await admin.execute((REPO_ROOT / "deploy" / "sql" / "roles.sql").read_text())
+        this_month = month_name(datetime.now(UTC)).split(".")[1]
+        await admin.execute(f"DROP TABLE cronwarden_outbox.{this_month}")
+    finally:
+        await admin.close()
+    parts = urlsplit(database)
+    runtime = await connect(
+        urlunsplit(parts._replace(netloc=f"cronwarden_runtime@{parts.hostname}:{parts.port}"))
+    )
+    try:
+        # The monitor's upkeep, as the monitor runs it: the functions act as their owner.
+        done = await outbox_partitions.upkeep(runtime, timedelta(days=400))
+        assert done.created == [this_month] and done.dropped == []
+        with pytest.raises(asyncpg.RaiseError, match="at least 7 days"):
+            await outbox_partitions.drop_past(runtime, timedelta(days=6))
+        for statement in (
+            f"DELETE FROM cronwarden_outbox.{this_month}",
+            "TRUNCATE cronwarden_outbox.outbox_default",
+            f"DROP TABLE cronwarden_outbox.{this_month}",
+            "DELETE FROM cronwarden.outbox",
+        ):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await runtime.execute(statement)
+    finally:
+        await runtime.close()
