@@ -48,6 +48,16 @@ def clock() -> float:
     return time.monotonic()
 
 
+def boot_id() -> str | None:
+    """This boot of this machine (Linux's random boot id): a monotonic reading means something
+    only beside others of the same boot, and the state file can outlive both (a reboot, or a
+    volume that follows the monitor's pod to another node)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def on_failure(
     state: AlertState, *, now: float, every: float, confirm: int = CONFIRM_PASSES
 ) -> tuple[AlertState, bool]:
@@ -90,11 +100,14 @@ class AlertStore:
             return AlertState()
         try:
             data = json.loads(self.path.read_text())
+            last = data["last_trigger_at"]
+            # Another boot's (or another node's) clock reading: its age here is unknown. The
+            # alert stays open (its resolve is still owed); the next failure pages at once.
+            if data.get("boot") != boot_id():
+                last = None
             return AlertState(
                 open=bool(data["open"]),
-                last_trigger_at=(
-                    float(data["last_trigger_at"]) if data["last_trigger_at"] is not None else None
-                ),
+                last_trigger_at=float(last) if last is not None else None,
                 failures=int(data["failures"]),
             )
         except FileNotFoundError:
@@ -120,7 +133,7 @@ class AlertStore:
             tmp = Path(name)
             try:
                 with os.fdopen(fd, "w") as out:
-                    out.write(json.dumps(asdict(state)))
+                    out.write(json.dumps(asdict(state) | {"boot": boot_id()}))
                 tmp.replace(self.path)
             except BaseException:
                 tmp.unlink(missing_ok=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cronwarden.monitor import db_alert
 from cronwarden.monitor.db_alert import (
     AlertState,
     AlertStore,
@@ -65,6 +66,24 @@ def test_the_state_survives_a_restart_through_its_file(tmp_path: Path) -> None:
     assert restarted.state == state
     _, again = on_failure(restarted.state, now=160.0, every=EVERY)
     assert again is False
+
+
+def test_a_state_file_of_another_boot_keeps_the_alert_open_but_not_its_clock_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The file followed the monitor to another node (or outlived a reboot): the monotonic
+    # reading in it means nothing here. The alert is still owed its resolve; the next failure
+    # pages rather than staying quiet on a stranger's clock.
+    path = tmp_path / "alert.json"
+    first = AlertStore(path)
+    state, _ = on_failure(first.state, now=100.0, every=EVERY)
+    first.save(state)
+    monkeypatch.setattr(db_alert, "boot_id", lambda: "another-boot")
+    moved = AlertStore(path)
+    assert moved.state.open and moved.state.last_trigger_at is None
+    _, again = on_failure(moved.state, now=160.0, every=EVERY)
+    assert again is True
+    assert on_healthy(moved.state)[1] is True
 
 
 def test_an_unreadable_state_file_starts_afresh(tmp_path: Path) -> None:
