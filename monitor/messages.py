@@ -81,13 +81,18 @@ def incident_message(
     summary = incident["summary"]
     if event == RESOLVE:
         summary = f"resolved ({incident.get('resolution')}): {summary}"
+    details = dict(incident["details"] or {})
     return {
         "event": event,
         "incident_id": incident["id"],
         "kind": kind,
         "schedule_id": incident["schedule_id"],
         "summary": summary,
-        "details": dict(incident["details"] or {}),
+        "details": details,
+        # What to do next, beside what happened: the likely cause (when Temporal named it as
+        # the incident opened) and the command that closes the gap (read from the row alone).
+        "cause": details.get("cause"),
+        "next_command": details.get("next_command"),
         "schedules": [dict(s) for s in schedules[:LISTED]],
         "schedules_total": len(schedules),
         "link": link,
@@ -103,13 +108,15 @@ def compacted(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """`message` as it is, then ever smaller versions of it, the last one a few hundred bytes:
     fewer members listed, long texts cut, lists in `details` shortened, and at last no details
     and no members at all. What identifies the page (event, kind, ids, dedup key, the count and
-    the link) is never cut. A cut version says `truncated: true`."""
+    the link) is never cut, nor the command that closes the gap (a cut command would run
+    something else); the cause is cut like the summary. A cut version says `truncated: true`."""
     yield dict(message)
     total = message.get("schedules_total", len(message.get("schedules") or []))
     for members, text, items in _STEPS:
         yield {
             **message,
             "summary": cut(str(message.get("summary") or ""), text),
+            **_cause_cut(message, text),
             "details": _shortened(dict(message.get("details") or {}), text=text, items=items),
             "schedules": [
                 _shortened(dict(s), text=text, items=items)
@@ -121,11 +128,17 @@ def compacted(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     yield {
         **message,
         "summary": cut(str(message.get("summary") or ""), 120),
+        **_cause_cut(message, 120),
         "details": {},
         "schedules": [],
         "schedules_total": total,
         "truncated": True,
     }
+
+
+def _cause_cut(message: Mapping[str, Any], text: int) -> dict[str, Any]:
+    cause = message.get("cause")
+    return {"cause": cut(str(cause), text)} if cause else {}
 
 
 def _shortened(value: Any, *, text: int, items: int) -> Any:
@@ -156,6 +169,8 @@ def database_unreachable_message(
         "details": (
             {"monitor_id": monitor_id, "host": host, "error": error} if event == TRIGGER else {}
         ),
+        "cause": None,
+        "next_command": None,
         "schedules": [],
         "schedules_total": 0,
         "link": None,

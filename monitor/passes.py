@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from cronwarden.config import Settings
 from cronwarden.errors import Unreachable
 from cronwarden.logs import get_logger
 from cronwarden.monitor import db_alert, scan
+from cronwarden.monitor.gap_causes import CausePolicy, with_causes
 from cronwarden.monitor.messages import (
     LISTED,
     RESOLVE,
@@ -93,6 +94,8 @@ class MonitorOptions:
     """A notification of a sink that no running monitor has is given up on after this long."""
     status_page_url: str | None = None
     """Where pages link to (the status page); None: no link."""
+    causes: CausePolicy = field(default_factory=CausePolicy)
+    """How long and for how many new pages a pass asks Temporal for their likely cause."""
 
     @property
     def send_budget(self) -> float:
@@ -250,23 +253,24 @@ class Monitor:
             report.overdue = sum(
                 scan.heartbeat_problem(b, snap.now) is not None for b in snap.overdue
             )
-            async with pool.acquire() as conn:
-                await monitor_state.record_pass(
-                    conn,
-                    monitor_id=self.identity,
-                    host=socket.gethostname(),
-                    pid=os.getpid(),
-                    sinks=self.sink_names,
-                )
-                peers = await monitor_state.peer_sinks(
-                    conn, within_seconds=self.options.peer_window
-                )
-                self._targets = sorted(set(self.sink_names) | set(peers))
-                report.opened = await self._open(conn, decided)
-                report.resolved = await self._resolve(conn, decided)
-                open_now = len(await incidents.open_incidents(conn))
-                report.open_incidents = open_now
-                await self._bury_unserved(conn)
+        # Between the snapshot and the writes, outside the database's bound: Temporal's
+        # causes of the pages about to open, within their own bound (`monitor.gap_causes`).
+        decided = await self._with_causes(pool, decided, now=snap.now)
+        async with self._db(), pool.acquire() as conn:
+            await monitor_state.record_pass(
+                conn,
+                monitor_id=self.identity,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                sinks=self.sink_names,
+            )
+            peers = await monitor_state.peer_sinks(conn, within_seconds=self.options.peer_window)
+            self._targets = sorted(set(self.sink_names) | set(peers))
+            report.opened = await self._open(conn, decided)
+            report.resolved = await self._resolve(conn, decided)
+            open_now = len(await incidents.open_incidents(conn))
+            report.open_incidents = open_now
+            await self._bury_unserved(conn)
         self.metrics.seconds_since_success = {
             r["schedule_id"]: r["seconds_since_success"] for r in snap.watched
         }
@@ -303,6 +307,26 @@ class Monitor:
         log.debug("monitor.pass", **vars(report))
         self.last_report = report
         return report
+
+    async def _with_causes(
+        self, pool: asyncpg.Pool, decided: scan.Plan, *, now: datetime
+    ) -> scan.Plan:
+        """`decided` with the likely cause of each overdue page it opens on its own (a fleet
+        incident's members are not asked about one by one)."""
+        found = await with_causes(
+            [*decided.open, *(p for _, p in decided.replace)],
+            client=self.pauses.client_or_none if self.pauses is not None else None,
+            pool=pool,
+            now=now,
+            policy=self.options.causes,
+        )
+        if not found:
+            return decided
+        return replace(
+            decided,
+            open=[found.get(p.schedule_id, p) for p in decided.open],
+            replace=[(old, found.get(p.schedule_id, p)) for old, p in decided.replace],
+        )
 
     async def _check_pauses(self, pool: asyncpg.Pool) -> None:
         """Lift the recorded pauses Temporal no longer holds (see `monitor.pauses`)."""

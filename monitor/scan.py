@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronwarden.backfill.causes import next_command
 from cronwarden.redact import redact
 from cronwarden.store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
 from cronwarden.times import duration_text, utc_text, utc_text_or_none
@@ -41,6 +42,13 @@ class Problem:
     kind: str
     summary: str
     details: dict[str, Any]
+    expected_at: datetime | None = None
+    """An overdue (or never-ran) schedule's expected fire: where its gap begins."""
+
+    @property
+    def late(self) -> bool:
+        """Overdue or never ran: a gap of missing fires, whose cause a page can name."""
+        return self.kind in (OVERDUE, NEVER_RAN)
 
 
 @dataclass(frozen=True)
@@ -77,13 +85,16 @@ def heartbeat_problem(beat: Mapping[str, Any], now: datetime) -> Problem | None:
         "last_success_at": utc_text_or_none(beat["last_success_at"]),
         "last_error": beat.get("last_error"),
         "late_seconds": int(late.total_seconds()),
+        # What closes the gap, known from the row alone: a page says it even when Temporal
+        # cannot be asked for the cause (`monitor.gap_causes` adds that when it can).
+        "next_command": next_command(sid, expected, now),
     }
     if beat["last_success_at"] is None:
         summary = (
             f"schedule {sid} never ran: its first fire was expected at "
             f"{utc_text(expected)} (grace {duration_text(grace)})"
         )
-        return Problem(sid, NEVER_RAN, summary, details)
+        return Problem(sid, NEVER_RAN, summary, details, expected_at=expected)
     summary = (
         f"schedule {sid} is overdue: a run was expected at {utc_text(expected)} "
         f"(grace {duration_text(grace)}); last success {utc_text(beat['last_success_at'])}"
@@ -92,7 +103,7 @@ def heartbeat_problem(beat: Mapping[str, Any], now: datetime) -> Problem | None:
         # Blanked before it is cut: half a secret is no longer recognisable as one (a row
         # written before errors were scrubbed at write still holds them whole).
         summary += f"; last error: {redact(str(beat['last_error']))[:200]}"
-    return Problem(sid, OVERDUE, summary, details)
+    return Problem(sid, OVERDUE, summary, details, expected_at=expected)
 
 
 def lease_problem(lease: Mapping[str, Any], now: datetime) -> Problem:
