@@ -7,6 +7,7 @@ the first has finished, then find nothing left to do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 from dataclasses import dataclass
@@ -120,11 +121,15 @@ async def migrate(conn: asyncpg.Connection, *, through: int | None = None) -> li
             if prepare is None:
                 await _apply(conn, migration)
             else:
-                await prepare(conn)
                 try:
+                    await prepare(conn)
                     await _apply_online(conn, migration)
                 except BaseException:
-                    await ONLINE_ABANDON[migration.version](conn)
+                    # Best effort: the error that stopped the migration is the one to report.
+                    # Left behind, the bound refuses fires only from its month on, a month or
+                    # more away, and the next migrate sets it afresh.
+                    with contextlib.suppress(Exception):
+                        await ONLINE_ABANDON[migration.version](conn)
                     raise
             applied_now.append(migration)
         if through is None:
