@@ -208,9 +208,10 @@ async def recent_causes(
 
 async def causes_of_keys(
     client: Client, pool: asyncpg.Pool, schedule_id: str, keys: Sequence[str], *, now: datetime
-) -> list[dict[str, Any]] | None:
-    """The causes of a few missing keys of a live schedule (`status`), in the `causes` shape;
-    None when the schedule cannot be read as cronwarden's (deleted meanwhile, not managed)."""
+) -> Causes | None:
+    """The causes of a few missing keys of a live schedule (`status`; each of them is among
+    `named`); None when the schedule cannot be read as cronwarden's (deleted meanwhile, not
+    managed)."""
     try:
         schedule = await load_managed(client, schedule_id)
     except CronwardenError:
@@ -231,7 +232,7 @@ async def causes_of_keys(
             beat=beat,
             now=now,
         )
-    return causes.as_json()
+    return causes
 
 
 async def slot_causes(

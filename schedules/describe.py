@@ -16,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from cronwarden.activities.contract import RunOutcome, logical_key
 from cronwarden.backfill.causes import causes_lines
 from cronwarden.backfill.explain import recent_causes
+from cronwarden.errors import CronwardenError
 from cronwarden.schedules.inventory import ListedView, ScheduleView, get_view, listed_views
 from cronwarden.schedules.status import lease_skip_json, replay_error_json
 from cronwarden.store import definitions, heartbeats, outbox
@@ -124,8 +125,17 @@ async def describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> 
         },
         "definition": v.definition,
         # Why the last day's slots without a commit have none, and what closes each gap.
-        "slot_causes": await recent_causes(client, pool, v.schedule_id) if v.managed else None,
+        "slot_causes": await _slot_causes(client, pool, v) if v.managed else None,
     }
+
+
+async def _slot_causes(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> Any:
+    try:
+        return await recent_causes(client, pool, v.schedule_id)
+    except CronwardenError:
+        # Marked managed but not a run of ours to judge (its action is not our workflow): the
+        # rest of the description still stands.
+        return None
 
 
 def slot_causes_lines(found: dict[str, Any] | None) -> list[str]:

@@ -15,6 +15,7 @@ import asyncpg
 from temporalio.client import Client
 
 from cronwarden.activities.contract import ORPHAN_NOTE_PREFIX, logical_key
+from cronwarden.backfill.causes import slot_key
 from cronwarden.backfill.explain import causes_of_keys
 from cronwarden.schedules.health import (
     LATE,
@@ -506,7 +507,13 @@ async def count_missing(
             for k in keys.get(row.schedule_id, [])
             if k not in committed and k not in at_lease and k != skip
         )
-        row.health = counting_missing(row.health, len(row.missing))
         if row.missing and row.in_temporal and explained < EXPLAINED_ROWS:
             explained += 1
-            row.causes = await causes_of_keys(client, pool, row.schedule_id, row.missing, now=now)
+            causes = await causes_of_keys(client, pool, row.schedule_id, row.missing, now=now)
+            if causes is not None:
+                # A run still open (retrying between attempts, waiting for a worker) may yet
+                # commit: not missing, though its cause says what it waits on.
+                open_ = {slot_key(row.schedule_id, s) for s, v in causes.named if v.in_flight}
+                row.missing = [k for k in row.missing if k not in open_]
+                row.causes = causes.as_json()
+        row.health = counting_missing(row.health, len(row.missing))
