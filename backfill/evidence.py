@@ -17,6 +17,7 @@ from temporalio.client import Client, ScheduleDescription, WorkflowExecutionStat
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
+from cronwarden.activities.contract import UNKNOWN_JOB, UNKNOWN_JOB_HERE
 from cronwarden.backfill.causes import (
     FAILED,
     NAMED,
@@ -202,6 +203,13 @@ async def failure_of(client: Client, run: Run, *, last_error: str | None) -> Run
         return RunDetail(
             NO_WORKER_WITH_JOB_CAUSE,
             f"{who} {run.workflow_id} failed: no polling worker had its job ({message})",
+        )
+    if failure_type in (UNKNOWN_JOB, UNKNOWN_JOB_HERE):
+        # A run of a release before per-job queues: it reached workers without its job.
+        return RunDetail(
+            NO_WORKER_WITH_JOB_CAUSE,
+            f"{who} {run.workflow_id} failed on attempt {attempt or '?'}: unknown job ({message})",
+            attempt=attempt or None,
         )
     error = message or last_error or run.status.replace("_", " ")
     if attempt:
