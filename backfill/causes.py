@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from itertools import chain
 from typing import Any
 
 from temporalio.client import ScheduleDescription
@@ -366,7 +365,14 @@ def summarise(
                 named.append((fire_s, found))
         group.add(fire_s)
 
-    for s in chain(in_flight, missing):
+    for s in in_flight:
+        cause, own, open_ = classify(evidence, s)
+        if own is None or own.fire_s != s:
+            # Temporal says it runs, visibility does not list it yet (it lags a start).
+            add(s, (RUNNING, True), partial(_starting, evidence, s))
+        else:
+            add(s, (cause, open_), partial(judge, evidence, s))
+    for s in missing:
         cause, _, open_ = classify(evidence, s)
         add(s, (cause, open_), partial(judge, evidence, s))
     for s in held:
@@ -378,6 +384,11 @@ def summarise(
         named,
         paused_now=paused_now,
     )
+
+
+def _starting(evidence: Evidence, fire_s: int) -> Verdict:
+    key = slot_key(evidence.schedule_id, fire_s)
+    return Verdict(RUNNING, f"run of {key} starting (not listed yet)", in_flight=True)
 
 
 def _held_verdict(fire_s: int, pauses: Sequence[Pause]) -> Verdict:

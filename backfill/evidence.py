@@ -45,6 +45,8 @@ SCHEDULED_BY_ID = SearchAttributeKey.for_keyword("TemporalScheduledById")
 
 DETAILED = 20
 """Failed runs whose history is read (attempt, error); others are `failed` alone."""
+DESCRIBED = 50
+"""Open runs described (what each waits on); older open ones are `running` alone."""
 MAX_LISTED = 10_000
 """Runs read from visibility for one window; slots before the runs read are judged `unknown`."""
 
@@ -266,11 +268,11 @@ async def gather(
     for run in failed[-DETAILED:]:
         details[run.workflow_id] = await failure_of(client, run, last_error=last_error)
     if task_queue is not None and job is not None:
-        for run in runs:
-            if run.closed is None:
-                details[run.workflow_id] = await describe_in_flight(
-                    client, conn, schedule_id, run, task_queue=task_queue, job=job, pollers=pollers
-                )
+        # The latest open runs: few but for an allow_all schedule nobody polls for.
+        for run in [r for r in runs if r.closed is None][-DESCRIBED:]:
+            details[run.workflow_id] = await describe_in_flight(
+                client, conn, schedule_id, run, task_queue=task_queue, job=job, pollers=pollers
+            )
     scheduled = [r for r in runs if not r.replay]
     latest = max(scheduled, key=lambda r: r.started, default=None)
     paused_since = (

@@ -109,3 +109,9 @@ def test_include_paused_only_while_the_schedule_is_paused() -> None:
         "cronwarden backfill run nightly --start 2027-01-15T08:00:00Z "
         "--end 2027-01-15T09:00:00Z --include-paused"
     )
+
+
+def test_a_run_temporal_says_is_running_but_visibility_does_not_list_yet_is_starting() -> None:
+    causes = summarise(Evidence(SID, "skip", []), [], in_flight=[T0])
+    [doc] = causes.as_json()
+    assert (doc["cause"], doc["in_flight"], doc["next_command"]) == ("running", True, None)
