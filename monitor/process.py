@@ -26,6 +26,7 @@ from cronwarden.config import Settings
 from cronwarden.errors import Unreachable
 from cronwarden.logs import get_logger
 from cronwarden.monitor.http import monitor_app, serve_monitor
+from cronwarden.monitor.outbox_upkeep import OutboxUpkeep, upkeep_from_settings
 from cronwarden.monitor.page import PageAccess, StatusPage, TemporalLinks
 from cronwarden.monitor.passes import (
     DATABASE_ERRORS,
@@ -157,6 +158,7 @@ async def run_monitor(
         await _watch(
             monitor,
             pruning_from_settings(settings),
+            upkeep_from_settings(settings),
             once=once,
             interval=interval,
             stop=stop,
@@ -194,6 +196,7 @@ def status_page(settings: Settings, monitor: Monitor) -> StatusPage | None:
 async def _watch(
     monitor: Monitor,
     pruning: Pruning,
+    upkeep: OutboxUpkeep,
     *,
     once: bool,
     interval: float,
@@ -223,11 +226,14 @@ async def _watch(
                 raise Unreachable(f"the monitor pass could not use the database: {failed}")
             # A monitor run from cron (`--once`) is the only one some deployments have.
             await pruning.maybe_prune()
+            await upkeep.maybe_run()
             return
         while not stop.is_set():
             try:
                 if await monitor.step() is None:
                     await pruning.maybe_prune()
+                    # The outbox's months: created ahead, dropped past the dedupe horizon.
+                    await upkeep.maybe_run()
             except Exception as exc:
                 # A bug in one pass must not end the watching: log it and try again next pass.
                 log.error("monitor.pass-failed", error=f"{type(exc).__name__}: {exc}", exc_info=exc)

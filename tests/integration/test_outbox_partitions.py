@@ -258,3 +258,17 @@ async def test_the_runtime_role_keeps_the_months_but_never_reaches_a_record_but_
                 await runtime.execute(statement)
     finally:
         await runtime.close()
+
+
+async def test_the_monitor_process_recreates_a_missing_month(
+    database: str, pool: asyncpg.Pool, cli_env: dict[str, str]
+) -> None:
+    # The upkeep runs in `cronwarden monitor` itself (here its `--once`), not only in tests.
+    async with pool.acquire() as conn:
+        ahead = [p for p in await names(conn) if not p.endswith("_default")][-1]
+        await conn.execute(f"DROP TABLE {ahead}")
+        assert ahead not in await names(conn)
+    result = await cli(cli_env, "monitor", "--once")
+    assert result.code == 0, result
+    async with pool.acquire() as conn:
+        assert ahead in await names(conn)
