@@ -52,9 +52,45 @@ EXPECTED = {
         "overdue query, 10 overdue either way: 10,000 vs 1,000 rows",
         "overdue query, 10,000 rows: 100 vs 10 overdue",
     ],
+    "paging": [
+        "fleet page to pagerduty, 500 schedules overdue: bytes",
+        "fleet page to slack, 500 schedules overdue: bytes",
+        "fleet page to webhook, 500 schedules overdue: bytes",
+        "fleet page, 500 schedules: the pass that opened and sent it",
+        "10 PagerDuty triggers delivered, webhook black-holed vs healthy (pass every 3 s, "
+        "send timeout 2 s)",
+        "a new incident's PagerDuty trigger delivered, webhook black-holed vs healthy (pass "
+        "every 3 s, send timeout 2 s)",
+        "sends to the black-holed webhook in that run (11 pages queued)",
+    ],
+    "outbox_scale": [
+        "outbox 100k: live fire: lease + commit, 2 round trips",
+        "outbox 100k: live fires, 8 at once",
+        "outbox 100k: guard's done? look of an old key",
+        "outbox 100k: pages read: a done key's record",
+        "outbox 100k: pages read: a key not done yet (every month)",
+        "outbox 100k: backfill plan's outbox read, one schedule's day",
+        "outbox 100k: monitor: partition upkeep",
+        "outbox 100k: status timelines, 10 schedules",
+        "outbox 100k: disk per million fires",
+        "outbox 10k: generated in",
+        "outbox 10k: oldest month dropped while fires commit",
+        "outbox 100k: generated in",
+        "outbox 100k: oldest month dropped while fires commit",
+        "outbox 10k: converted online by migrate in",
+        "outbox 10k: longest fire while converting",
+        "outbox 100k: converted online by migrate in",
+        "outbox 100k: longest fire while converting",
+    ],
     "status_page": [
-        "status page `/`: 60 schedules, timelines of 5 (5 slots each)",
-        "status page `/schedules/{id}`: one schedule, 20 slots",
+        "status page `/`: 60 schedules, page 1 of 1, read afresh (median of 1)",
+        "status page `/`: 60 schedules, page 1 of 1: bytes (its first 5 timelines full, "
+        "30 slots each)",
+        "status page `/`: 60 schedules, page 1 of 1: monitor memory added by 20 concurrent loads",
+        "status page `/`: 60 schedules, page 1 of 1: `/healthz` during the 20 loads, median / max",
+        "status page `/`: 60 schedules, page 1 of 1: schedules created in Temporal by 20 "
+        "concurrent loads",
+        "status page `/schedules/{id}`: one schedule, 120 slots, read afresh",
     ],
     "apply_scale": [
         "apply 20 schedules: first apply (creates; 1 run)",
