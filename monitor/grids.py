@@ -12,6 +12,13 @@ A grid is kept under the schedule's definition digest (the heartbeat row's) and 
 window reaching past the time it was computed, so it serves every page until that window runs
 out or the definition changes; runs in flight are re-read each time the schedule's turn comes.
 The same task sweeps scratch schedules left behind by interrupted commands.
+
+It also judges why the missing slots a page showed are missing (`backfill.explain.slot_causes`:
+a describe, a visibility list and a queue describe per schedule), for at most
+`causes_per_round` schedules a round. A cause is kept by schedule and slot until the slot is no
+longer shown missing; a cause naming a run still open (no worker polls its queue, a run in
+flight) is judged again at the schedule's next turn, a settled one never. Until a slot's cause
+is in, the page says "cause pending".
 """
 
 from __future__ import annotations
@@ -23,16 +30,19 @@ import time
 from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from cronwarden.backfill.audit import running_fire_times_of
+from cronwarden.backfill.explain import slot_causes
 from cronwarden.backfill.plan import expected_pages
 from cronwarden.backfill.window import Window
+from cronwarden.errors import CronwardenError
 from cronwarden.logs import get_logger
 from cronwarden.schedules.bounded import try_bounded
 from cronwarden.schedules.inventory import describe_or_none
@@ -76,6 +86,9 @@ class RefreshPolicy:
     """Grids kept at most (the least recently shown go first)."""
     sweep_every: float = 300.0
     """Seconds between sweeps of leftover scratch schedules."""
+    causes_per_round: int = 10
+    """Schedules whose missing slots a round judges (one `slot_causes` each, for every slot
+    of theirs a page showed missing whose cause is not settled)."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,29 @@ class Live:
     """time.monotonic() of the read."""
 
 
+@dataclass(frozen=True)
+class SlotCause:
+    """Why a missing slot is missing, and what closes its gap (`slot_causes`)."""
+
+    cause: str
+    """The cause's stable name (`no-worker-polling`, `skipped-overlap` ...)."""
+    text: str
+    next_command: str | None
+    """None while the slot's run is open: a replay would only wait behind it."""
+    settled: bool
+    """False: the cause names a run still open, so it is judged again at the next turn."""
+
+    @classmethod
+    def of(cls, found: dict[str, Any]) -> SlotCause:
+        command = found.get("next_command")
+        return cls(str(found["cause"]), str(found["text"]), command, settled=command is not None)
+
+
+UNREADABLE = SlotCause(
+    "unknown", "its cause cannot be read: the schedule is not cronwarden's", None, settled=True
+)
+
+
 @dataclass
 class _Entry:
     digest: str | None
@@ -115,6 +151,9 @@ class _Entry:
     absent: bool = False
     """Temporal has no such schedule (deleted elsewhere, or never created)."""
     wanted_at: float = 0.0
+    missing: dict[datetime, float] = field(default_factory=dict)
+    """Slots a page showed missing, with when it last did."""
+    causes: dict[datetime, SlotCause] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,6 +196,9 @@ class GridCache:
                 entry = self._entries[schedule_id] = _Entry(digest)
             if entry.digest != digest:
                 entry.digest = digest
+                # Another definition, another grid: what was missing may not be any more.
+                entry.missing.clear()
+                entry.causes.clear()
                 pending = True
             pending = pending or (entry.grid is None and not entry.absent)
             entry.wanted_at = now
@@ -165,6 +207,43 @@ class GridCache:
             self._entries.popitem(last=False)
         if pending:
             self._wake.set()
+
+    def want_causes(self, schedule_id: str, missing: Sequence[datetime]) -> None:
+        """The slots a page just showed missing: their causes are judged in the background.
+        Wakes the refresher when one of them has no cause yet. No I/O (a request calls it)."""
+        entry = self._entries.get(schedule_id)
+        if entry is None or not missing:
+            return
+        now = self.clock()
+        horizon = now - self.policy.wanted_for
+        for t in missing:
+            entry.missing[t] = now
+        # Only the slots some page showed lately, and never more than a grid's length.
+        kept = sorted(t for t, at in entry.missing.items() if at >= horizon)[-self.policy.slots :]
+        entry.missing = {t: entry.missing[t] for t in kept}
+        entry.causes = {t: c for t, c in entry.causes.items() if t in entry.missing}
+        if any(t not in entry.causes for t in missing):
+            self._wake.set()
+
+    def causes(self, schedule_id: str) -> dict[datetime, SlotCause]:
+        """The known causes of the schedule's missing slots, by fire time."""
+        entry = self._entries.get(schedule_id)
+        return dict(entry.causes) if entry is not None else {}
+
+    def causes_due(self, schedule_id: str) -> list[datetime]:
+        """The schedule's missing slots to judge: without a cause, or with one not settled."""
+        entry = self._entries.get(schedule_id)
+        if entry is None or entry.absent:
+            return []
+        return sorted(
+            t for t in entry.missing if (c := entry.causes.get(t)) is None or not c.settled
+        )
+
+    def put_causes(self, schedule_id: str, found: dict[datetime, SlotCause]) -> None:
+        entry = self._entries.get(schedule_id)
+        if entry is None:
+            return
+        entry.causes.update({t: c for t, c in found.items() if t in entry.missing})
 
     def _live(self, entry: _Entry | None) -> Live | None:
         live = entry.live if entry is not None else None
@@ -316,14 +395,18 @@ class GridRefresher:
         if client is None:
             return self._failed(now, "Temporal is unreachable", asked=len(due))
         pool = await self._pool()
-        grids = waiting = 0
+        grids = waiting = judged = 0
 
         async def one(item: tuple[str, str | None]) -> None:
-            nonlocal grids, waiting
+            nonlocal grids, waiting, judged
             schedule_id, digest = item
             computed = await self._refresh(client, pool, schedule_id, digest, now=now)
             grids += computed is True
             waiting += computed is None
+            due = self.cache.causes_due(schedule_id)
+            if due and judged < self.policy.causes_per_round:
+                judged += 1
+                await self._judge(client, pool, schedule_id, due, now=now)
 
         error: str | None = None
         with scratch_budget(self.policy.scratch_per_round) as budget:
@@ -346,6 +429,25 @@ class GridRefresher:
             return self._failed(now, error, asked=len(due), grids=grids, scratch=budget.made)
         self.cache.error = self.cache.error_since = None
         return RoundReport(len(due), grids, waiting, budget.made)
+
+    async def _judge(
+        self,
+        client: Client,
+        pool: asyncpg.Pool,
+        schedule_id: str,
+        due: list[datetime],
+        *,
+        now: datetime,
+    ) -> None:
+        """The causes of the schedule's missing slots `due`, into the cache."""
+        try:
+            found = await slot_causes(client, pool, schedule_id, due, now=now)
+        except CronwardenError:
+            # Not a schedule cronwarden manages (or deleted meanwhile): nothing to judge by,
+            # and nothing to ask again each round.
+            self.cache.put_causes(schedule_id, {t: UNREADABLE for t in due})
+            return
+        self.cache.put_causes(schedule_id, {t: SlotCause.of(c) for t, c in found.items()})
 
     def _failed(
         self, now: datetime, error: str, *, asked: int, grids: int = 0, scratch: int = 0

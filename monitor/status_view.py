@@ -26,7 +26,7 @@ import asyncpg
 
 from cronwarden.activities.contract import fire_time_of_key
 from cronwarden.monitor import timeline
-from cronwarden.monitor.grids import GridCache
+from cronwarden.monitor.grids import GridCache, SlotCause
 from cronwarden.schedules.health import LATE, OK, OVERDUE, PAUSED, RUNNING, derive_health
 from cronwarden.schedules.run_ids import REPLAY_INFIX
 from cronwarden.store import heartbeats, incidents, locks, outbox
@@ -74,6 +74,9 @@ class ScheduleStatus:
     """Whether the slots were set against Temporal's expected times (missing ones can show)."""
     note: str | None = None
     """Why the timeline is partial, when it is."""
+    causes: dict[datetime, SlotCause] = field(default_factory=dict)
+    """Why its missing slots are missing, by fire time, as far as judged yet (the others
+    show "cause pending")."""
 
     def count(self, state: str) -> int:
         return sum(s.state == state for s in self.slots or [])
@@ -304,3 +307,8 @@ async def _fill_timelines(
             limit=n,
             buffered=grid.buffered,
         )
+        missing = [slot.fire_time for slot in s.slots if slot.state == timeline.MISSING]
+        # Judged in the background (`monitor.grids`), never here: this only says which.
+        grids.want_causes(s.schedule_id, missing)
+        known = grids.causes(s.schedule_id)
+        s.causes = {t: known[t] for t in missing if t in known}

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from html import unescape
 from pathlib import Path
 
 import asyncpg
@@ -37,6 +38,7 @@ from cronwarden.schedules.apply import apply_definitions
 from tests.support.browser import CHROMEDRIVER, CHROMIUM, chromium, load, needs_chromium
 from tests.support.holding_proxy import HoldingProxy
 from tests.support.http_probe import http_get_text
+from tests.support.outage import terminate_running
 from tests.support.paths import REPO_ROOT
 from tests.support.schedules import definition
 from tests.support.scratch_watch import scratch_ever, scratch_now, settled
@@ -206,6 +208,55 @@ async def test_a_worker_outage_shows_missing_slots_and_the_backfill_beside_live_
         assert any(after[k] == "committed" for k in later), after
     finally:
         await client.get_schedule_handle(schedule_id).delete()
+
+
+_MISSING_ROW = re.compile(r'<tr data-state="missing">(.*?)</tr>', re.S)
+
+
+def missing_rows(html: str) -> dict[str, tuple[str | None, str | None]]:
+    """{logical key: (cause sentence, closing command)} of a schedule page's missing slots;
+    (None, None) while a slot's cause is pending."""
+    found = {}
+    for row in _MISSING_ROW.findall(html):
+        key = unescape(re.findall(r"<td><code>([^<]+)</code></td>", row)[0])
+        cause = re.search(r'<div class="cause" data-cause="[^"]+">([^<]*)</div>', row)
+        command = re.search(r'<code class="next-command">([^<]*)</code>', row)
+        found[key] = (
+            unescape(cause.group(1)) if cause else None,
+            unescape(command.group(1)) if command else None,
+        )
+    return found
+
+
+async def test_a_missing_slot_shows_its_cause_and_the_command_that_closes_its_gap(
+    client: Client, pool: asyncpg.Pool, task_queue: str, schedule_id: str, served: Served
+) -> None:
+    # No worker at all: the first fire's run waits, and the overlap policy skips the fires
+    # behind it. Those slots turn missing after the short grace.
+    await apply_definitions(
+        client, pool, [definition(schedule_id, heartbeat_grace="5s")], task_queue=task_queue
+    )
+    handle = client.get_schedule_handle(schedule_id)
+    path = f"/schedules/{schedule_id}"
+    try:
+
+        async def explained() -> dict[str, tuple[str | None, str | None]] | None:
+            status, html = await http_get_text(served.port, path)
+            assert status == 200, html
+            rows = missing_rows(html)
+            known = {k: v for k, v in rows.items() if v[0] is not None}
+            return known or None
+
+        found = await wait_for(explained, timeout=120, what="a missing slot's cause on its page")
+        assert found is not None
+    finally:
+        await handle.pause()
+        await terminate_running(client, handle)
+        await handle.delete()
+    key, (cause, command) = sorted(found.items())[0]
+    assert cause is not None and "overlap policy" in cause, cause
+    fire = key.split("@", 1)[1]
+    assert command == f"cronwarden backfill run {schedule_id} --start {fire} --end {fire}"
 
 
 async def test_the_page_answers_while_temporal_is_unreachable_from_postgres_alone(
