@@ -30,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from array import array
 from bisect import bisect_right
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -50,7 +51,7 @@ from cronwarden.activities.contract import (
     logical_key,
 )
 from cronwarden.activities.jobs import InvalidArgs, JobRegistry, UnknownJob
-from cronwarden.backfill.plan import Judged, ManagedSchedule
+from cronwarden.backfill.plan import Judged, ManagedSchedule, keys_of
 from cronwarden.backfill.spec_history import UNRECORDED, Applied
 from cronwarden.logs import get_logger
 from cronwarden.schedules.mapping import execution_timeout, run_input
@@ -254,17 +255,42 @@ class Summary:
         return [d.as_json() | {"keys": n} for d, n in self.by_definition.items()]
 
 
-def would_run(definitions: Definitions, schedule_id: str, seconds: Iterable[int]) -> Summary:
+@dataclass
+class Preview:
+    """What `replay_all` would do with a plan's keys (`--dry-run`), held as compactly as the
+    plan: a year of skipped keys is two arrays and a handful of reasons, not an object each."""
+
+    by_definition: dict[RunDefinition, int] = field(default_factory=dict)
+    skipped_seconds: array[int] = field(default_factory=lambda: array("q"))
+    skipped_reasons: array[int] = field(default_factory=lambda: array("i"))
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def skipped_count(self) -> int:
+        return len(self.skipped_seconds)
+
+    def definitions_json(self) -> list[dict[str, Any]]:
+        return [d.as_json() | {"keys": n} for d, n in self.by_definition.items()]
+
+    def iter_skipped(self, schedule_id: str) -> Iterator[tuple[str, str]]:
+        """(logical key, reason) of each key that would be skipped, in time order."""
+        keys = keys_of(schedule_id, self.skipped_seconds)
+        return ((k, self.reasons[r]) for k, r in zip(keys, self.skipped_reasons, strict=True))
+
+
+def would_run(definitions: Definitions, seconds: Iterable[int]) -> Preview:
     """What `replay_all` would run for these fire times (epoch seconds), started nothing: the
     keys per definition, and the keys it would skip with why (`--dry-run`)."""
-    preview = Summary()
+    preview = Preview()
+    index: dict[str, int] = {}
     for s in seconds:
-        fire_time = datetime.fromtimestamp(s, UTC)
-        chosen = definitions.resolve(fire_time)
+        chosen = definitions.resolve(datetime.fromtimestamp(s, UTC))
         if isinstance(chosen, str):
-            key = logical_key(schedule_id, fire_time)
-            wid = replay_workflow_id(schedule_id, fire_time)
-            preview.skipped.append(ReplayResult(key, wid, SKIPPED, chosen))
+            if chosen not in index:
+                index[chosen] = len(preview.reasons)
+                preview.reasons.append(chosen)
+            preview.skipped_seconds.append(s)
+            preview.skipped_reasons.append(index[chosen])
         else:
             preview.by_definition[chosen] = preview.by_definition.get(chosen, 0) + 1
     return preview

@@ -408,7 +408,7 @@ def _print_dry_run(p: Plan, as_json: bool, cap: DueCap | None, chooser: Any) -> 
     # `replay_workflow_id` of each key, formatted the fast way (the id is the key's time after
     # the replay infix), one at a time.
     workflow_ids = keys_of(p.schedule_id, p.missing, prefix=f"{p.schedule_id}{REPLAY_INFIX}")
-    preview = would_run(chooser, p.schedule_id, p.missing)
+    preview = would_run(chooser, p.missing)
     if as_json:
         _print_json(
             plan_json(p, cap)
@@ -416,9 +416,11 @@ def _print_dry_run(p: Plan, as_json: bool, cap: DueCap | None, chooser: Any) -> 
                 "dry_run": True,
                 "workflow_ids": workflow_ids,
                 "definitions": preview.definitions_json(),
-                "skipped": [
-                    {"logical_key": s.logical_key, "reason": s.detail} for s in preview.skipped
-                ],
+                # An iterator, formatted as it is written (a year's keys may all be skipped).
+                "skipped": (
+                    {"logical_key": key, "reason": reason}
+                    for key, reason in preview.iter_skipped(p.schedule_id)
+                ),
             }
         )
         return
@@ -428,9 +430,11 @@ def _print_dry_run(p: Plan, as_json: bool, cap: DueCap | None, chooser: Any) -> 
     )
     for definition, n in preview.by_definition.items():
         out.print(f"  {n} key(s) would run {definition.text()}")
-    if preview.skipped:
-        out.print(f"would skip {len(preview.skipped)} key(s):")
-        _print_lines(f"  skipped {s.logical_key}: {s.detail}" for s in preview.skipped)
+    if preview.skipped_count:
+        out.print(f"would skip {preview.skipped_count} key(s):")
+        _print_lines(
+            f"  skipped {key}: {reason}" for key, reason in preview.iter_skipped(p.schedule_id)
+        )
     out.print("dry run: nothing started")
 
 

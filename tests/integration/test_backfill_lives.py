@@ -20,7 +20,7 @@ from cronwarden.store import definitions, heartbeats
 from cronwarden.store.pause_history import Pause
 from tests.support.cli import cli, cli_json, iso
 from tests.support.database import committed_times, fetch
-from tests.support.outage import apply_paused, even_slots, terminate_running
+from tests.support.outage import apply_paused, even_slots, pause_when_taken, terminate_running
 from tests.support.schedules import definition
 from tests.support.servers import in_process_worker
 from tests.support.waiting import clock_past, wait_for
@@ -283,7 +283,7 @@ async def test_a_recreation_whose_history_row_was_lost_is_judged_by_temporals_me
     # Created again by an apply whose history write failed (Postgres down): no row says so.
     await apply_definitions(client, None, [definition(schedule_id)], task_queue=task_queue)
     handle = client.get_schedule_handle(schedule_id)
-    await handle.pause(note="test: every fire missed")
+    await pause_when_taken(handle)
     recreated_at = (await terminate_running(client, handle)).info.created_at
     try:
         await _wait_past(recreated_at + timedelta(seconds=5))

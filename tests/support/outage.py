@@ -13,9 +13,11 @@ from temporalio.client import (
     ScheduleDescription,
     ScheduleHandle,
 )
+from temporalio.service import RPCError
 
 from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.model import ScheduleDefinition
+from tests.support.waiting import wait_for
 
 
 async def apply_paused(
@@ -24,7 +26,7 @@ async def apply_paused(
     """Apply `defn` and pause the schedule at once, no run of it left; its creation time."""
     await apply_definitions(client, pool, [defn], task_queue=task_queue)
     handle = client.get_schedule_handle(defn.id)
-    await handle.pause(note="test: every fire missed")
+    await pause_when_taken(handle)
     description = await terminate_running(client, handle)
     return handle, description.info.created_at
 
@@ -45,3 +47,20 @@ def even_slots(after: datetime, until: datetime) -> list[datetime]:
     first = int(after.timestamp()) + 1
     first += first % 2
     return [datetime.fromtimestamp(s, UTC) for s in range(first, int(until.timestamp()) + 1, 2)]
+
+
+async def pause_when_taken(handle: ScheduleHandle, *, timeout: float = 15.0) -> None:
+    """Pause a schedule just created. Right after a delete of the same id, Temporal can still
+    route the first signal to the old life's finished scheduler ("workflow execution already
+    completed"): asked again until the new one takes it."""
+
+    async def paused() -> bool:
+        try:
+            await handle.pause(note="test: every fire missed")
+        except RPCError as exc:
+            if "already completed" not in exc.message:
+                raise
+            return False
+        return True
+
+    await wait_for(paused, timeout=timeout, what="the re-created schedule to take its pause")
