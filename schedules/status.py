@@ -375,7 +375,10 @@ def _orphan_beat(beat: dict[str, Any], *, now: datetime) -> StatusRow:
 def _unknown_job_error(beat: dict[str, Any] | None) -> bool:
     # The worker's note can be replaced (pause_on_failure writes its own, an operator re-pauses):
     # the heartbeat's last error still says why the run failed.
-    return bool(beat and (beat["last_error"] or "").startswith("unknown job "))
+    # A run since per-job queues never reaches a worker without its job: it fails waiting,
+    # "no worker with job ..." (workflows/scheduled_run.py), and pause_on_failure pauses it.
+    error = (beat or {}).get("last_error") or ""
+    return error.startswith(("unknown job ", "no worker with job "))
 
 
 def _health(

@@ -38,6 +38,7 @@ from cronwarden.schedules.apply import apply_definitions
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.pollers import job_pollers, jobs_without_worker, no_worker_cause
 from cronwarden.schedules.run_ids import replay_workflow_id
+from cronwarden.schedules.status import status_report
 from cronwarden.worker_runtime import build_worker
 from cronwarden.workflows.job_queues import NO_WORKER_WITH_JOB
 from tests.support.database import fetch
@@ -181,6 +182,10 @@ async def test_a_run_whose_job_no_worker_has_waits_its_timeout_then_fails_naming
                 await client.get_workflow_handle(workflow_id).result()
             await wait_for(paused(handle), timeout=30, what="pause_on_failure")
             history = await client.get_workflow_handle(workflow_id).fetch_history()
+            # `status` names it for what it is: a schedule whose job no worker has.
+            report = await status_report(client, pool, now=datetime.now(UTC))
+            [row] = [r for r in report.rows if r.schedule_id == schedule_id]
+            assert row.orphaned, row
     finally:
         await handle.delete()
     assert isinstance(failed.value.cause, ApplicationError)
