@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from cronwarden.activities import next_fires
@@ -54,6 +54,7 @@ from cronwarden.store.pool import own_statements
 from cronwarden.store.runs import CommitOutcome, CommitRecord, commit_run
 from cronwarden.tracing import GuardTracer
 from cronwarden.worker_metrics import FAILED, LEASE_LOST_OUTCOME, WorkerMetrics
+from cronwarden.workflows.hand_back import HANDED_BACK
 
 # Temporal heartbeats go out this often while a run holds its lease; the workflow's heartbeat
 # timeout is a few times larger, so a dead worker is noticed in seconds, not at the timeout.
@@ -68,6 +69,8 @@ FIRST_TEMPORAL_HEARTBEAT_AFTER = 1.0
 SLOW_RETURN_WARNING_SECONDS = 1.0
 # Describing the schedule (for the next expected fire) must not stall a finished run's commit.
 DESCRIBE_TIMEOUT = timedelta(seconds=5)
+
+T = TypeVar("T")
 
 _DB_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
@@ -114,8 +117,16 @@ class GuardedRun:
         # Every outcome is decided below; it is counted here, once, whichever path decided it.
         try:
             outcome = await self._run(inp)
+        except asyncio.CancelledError:
+            if not _cut_by_shutdown():
+                raise
+            # Every path below released the lease (or left it to its TTL) and rolled the job's
+            # transaction back on its way out: what is left is to say why, so no attempt is
+            # spent on it. Counted by no outcome, like any cut: the run's next activity is.
+            raise self._handed_back(inp, where="running") from None
         except ApplicationError as exc:
-            self._finished(inp, LEASE_LOST_OUTCOME if exc.type == LEASE_LOST else FAILED)
+            if exc.type != HANDED_BACK:
+                self._finished(inp, LEASE_LOST_OUTCOME if exc.type == LEASE_LOST else FAILED)
             raise
         except Exception:
             self._finished(inp, FAILED)
@@ -156,33 +167,40 @@ class GuardedRun:
 
         with self._phase("acquire", inp):
             try:
-                got = await acquire_lease(
-                    self._pool,
-                    LeaseRequest(
-                        name=inp.lock_name,
-                        holder=holder,
-                        attempt=info.attempt,
-                        ttl_seconds=inp.lock_ttl_seconds,
-                        logical_key=inp.logical_key,
-                        schedule_id=inp.schedule_id,
-                        run_deadline_seconds=_run_deadline_seconds(info, inp),
-                        replay=inp.replay,
-                        wait_for_any=inp.wait_for_any,
-                        wait_seconds=lease_wait_seconds(
-                            inp.lock_wait_seconds,
-                            scheduled=info.scheduled_time,
-                            # This attempt's start, not its scheduling: time it spent in the
-                            # job's queue waiting for a worker with the job is spent too.
-                            attempt_scheduled=info.started_time,
+                got = await _unless_worker_stops(
+                    acquire_lease(
+                        self._pool,
+                        LeaseRequest(
+                            name=inp.lock_name,
+                            holder=holder,
+                            attempt=info.attempt,
+                            ttl_seconds=inp.lock_ttl_seconds,
+                            logical_key=inp.logical_key,
+                            schedule_id=inp.schedule_id,
+                            run_deadline_seconds=_run_deadline_seconds(info, inp),
+                            replay=inp.replay,
+                            wait_for_any=inp.wait_for_any,
+                            wait_seconds=lease_wait_seconds(
+                                inp.lock_wait_seconds,
+                                scheduled=info.scheduled_time,
+                                # This attempt's start, not its scheduling: time it spent in the
+                                # job's queue waiting for a worker with the job is spent too.
+                                attempt_scheduled=info.started_time,
+                            ),
+                            per_key=inp.per_key_lease,
                         ),
-                        per_key=inp.per_key_lease,
-                    ),
-                    log=log,
-                    heartbeat=activity.heartbeat,
-                    still_current=self._still_current_check(info),
+                        log=log,
+                        heartbeat=activity.heartbeat,
+                        still_current=self._still_current_check(info),
+                    )
                 )
             except AttemptAbandoned as exc:
                 raise await self._abandoned(inp, log, where="queued for the lease") from exc
+        if got is None:
+            # The worker began to stop while this run waited for its lease: handed back at
+            # once (it left the queue), rather than waiting out the graceful time for a lease
+            # it would then be cut from.
+            raise self._handed_back(inp, where="waiting for its lease")
         if got.took_over:
             self._metrics.lease_taken_over()
         if got.already_done:
@@ -726,6 +744,29 @@ class GuardedRun:
         await self._record_failure(inp, error, log)
         return ApplicationError(error, type=ATTEMPT_ABANDONED)
 
+    def _handed_back(self, inp: GuardedRunInput, *, where: str) -> ApplicationError:
+        """The run given back by a stopping worker (workflows/hand_back.py). Not the job's
+        failure: `last_error` is left alone, and the workflow runs it again as a new activity.
+        The attempt rides along, so the workflow knows how many real ones came before."""
+        info = activity.info()
+        get_logger("cronwarden.run").warning(
+            "run.handed-back",
+            schedule_id=inp.schedule_id,
+            logical_key=inp.logical_key,
+            attempt=info.attempt,
+            workflow_id=info.workflow_id,
+            where=where,
+        )
+        return ApplicationError(
+            f"worker {self._worker} stopped while {inp.logical_key} was {where}; nothing was "
+            "committed, the lease is released, and the run goes on on another worker without "
+            "spending an attempt",
+            info.attempt,
+            type=HANDED_BACK,
+            # Benign: Temporal and the SDK log it as the routine event it is, not a failure.
+            category=ApplicationErrorCategory.BENIGN,
+        )
+
     async def _record_failure(self, inp: GuardedRunInput, error: str, log: Any) -> None:
         """The run's error on the heartbeat row: a live fire's as the schedule's `last_error`,
         a replay's apart from it (the live picture shows live fires only)."""
@@ -739,6 +780,36 @@ class GuardedRun:
                     await heartbeats.record_failure(conn, schedule_id=inp.schedule_id, error=error)
         except _DB_ERRORS as db_exc:
             log.warning("run.record-failure-failed", error=str(db_exc))
+
+
+def _cut_by_shutdown() -> bool:
+    """This activity is being cancelled because its worker is stopping (past the graceful
+    time), not because Temporal cancelled the run or timed the attempt out."""
+    details = activity.cancellation_details()
+    return details is not None and details.worker_shutdown
+
+
+async def _unless_worker_stops(work: Awaitable[T]) -> T | None:
+    """`work`'s result, or None when the worker begins to stop first: `work` is cancelled then
+    (the lease acquire is cancel-safe: it leaves no lease and no queue place behind). A result
+    that is already there wins, so a lease just taken is used, not dropped."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(activity.wait_for_worker_shutdown())
+    try:
+        await asyncio.wait([task, stopping], return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        # Its own cleanup (leave the queue, release what it got) finishes before we go on.
+        await asyncio.wait([task])
+        raise
+    finally:
+        stopping.cancel()
+    if not task.done():
+        task.cancel()
+        await asyncio.wait([task])
+        if task.cancelled():
+            return None
+    return task.result()
 
 
 async def _within_timeout(

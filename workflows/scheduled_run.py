@@ -33,6 +33,14 @@ with workflow.unsafe.imports_passed_through():
         per_key_lock_name,
     )
     from cronwarden.activities.run_failures import RECORD_NO_WORKER, NoWorkerInput
+    from cronwarden.workflows.hand_back import (
+        HAND_BACK_LEASE_MARGIN_SECONDS,
+        HAND_BACK_TYPES,
+        HANDED_BACK_TOO_OFTEN,
+        MAX_HAND_BACKS,
+        attempts_spent,
+        remaining_attempts,
+    )
     from cronwarden.workflows.job_queues import (
         NO_WORKER_WITH_JOB,
         job_queue_problem,
@@ -53,6 +61,9 @@ LEASE_QUEUE_PATCH = "lease-queue"
 # Runs started before per-job task queues scheduled their activity on the schedule's own task
 # queue, where any worker could take it, with or without the job; their histories replay that way.
 JOB_QUEUES_PATCH = "job-task-queues"
+# Runs started before hand-backs let Temporal retry an activity cut by a stopping worker (an
+# attempt spent) and failed on the last one; their histories replay that way.
+HAND_BACK_PATCH = "hand-back"
 
 
 def run_retry_policy(max_attempts: int, non_retryable: Sequence[str] = ()) -> RetryPolicy:
@@ -107,6 +118,10 @@ class ScheduledRunWorkflow:
         )
         give_up_at = workflow.now() + waiting
         job_queue = self._job_queue(inp)
+        hand_back = workflow.patched(HAND_BACK_PATCH)
+        non_retryable = [*NON_RETRYABLE_TYPES, *(HAND_BACK_TYPES if hand_back else ())]
+        handed_back = 0
+        spent = 0  # attempts that failed for real in activities handed back since
         # The wait for a worker with the job shares the run's waiting slack with the wait for
         # the lease (the activity counts the time it spent queued against its lease wait): a
         # run that starts still has every attempt's timeout inside its execution timeout.
@@ -133,14 +148,52 @@ class ScheduledRunWorkflow:
                     ),
                     start_to_close_timeout=timeout + left,
                     heartbeat_timeout=min(ACTIVITY_HEARTBEAT_TIMEOUT, timeout),
-                    retry_policy=run_retry_policy(inp.max_attempts, NON_RETRYABLE_TYPES),
+                    retry_policy=run_retry_policy(
+                        remaining_attempts(inp.max_attempts, spent), non_retryable
+                    ),
                 )
             except ActivityError as exc:
                 if job_queue and _never_started(exc):
                     error = _no_worker_with_job(key, inp, job_queue)
                     await self._record_no_worker(inp, key, error.message)
                     raise error from exc
-                raise
+                cause = exc.cause
+                if (
+                    not hand_back
+                    or not isinstance(cause, ApplicationError)
+                    or cause.type not in HAND_BACK_TYPES
+                ):
+                    raise
+                if handed_back >= MAX_HAND_BACKS:
+                    raise _handed_back_too_often(key) from exc
+                # A stopping worker gave the run back (its lease released, nothing
+                # committed): schedule it again, a new activity whose attempts start over
+                # from what the run really spent, so a drain never costs an attempt.
+                handed_back += 1
+                spent += attempts_spent(cause.type, cause.details)
+                # A worker with the job gets as long to take it as the first activity had.
+                no_worker_at = workflow.now() + timeout
+                # The lease is normally free at once; a stopping worker whose release failed
+                # left it to expire within one TTL, so this run waits that long for it,
+                # whatever its overlap policy (its fire is under way, not a new one to skip).
+                activity_input.wait_for_any = True
+                give_up_at = max(
+                    give_up_at,
+                    workflow.now()
+                    + timedelta(seconds=inp.lock_ttl_seconds + HAND_BACK_LEASE_MARGIN_SECONDS),
+                )
+                workflow.logger.info("%s handed back by a stopping worker (%d)", key, handed_back)
+                continue
+            if (
+                outcome.outcome == OVERLAP_LOCKED
+                and handed_back
+                and not inp.replay
+                and inp.overlap != "buffer_one"
+            ):
+                # A live fire under way that could not get its lease back: never a silent
+                # success, and no skip either (the guard records none for a run that waited
+                # for any holder).
+                raise _overlap_timeout(key, outcome, inp)
             if outcome.outcome != OVERLAP_LOCKED or inp.overlap != "buffer_one":
                 return outcome
             lease_queue = workflow.patched(LEASE_QUEUE_PATCH)
@@ -246,6 +299,16 @@ def _no_worker_with_job(key: str, inp: ScheduledRunInput, job_queue: str) -> App
         "(or give the workers more CRONWARDEN_MAX_CONCURRENT_RUNS), then replay the key with "
         "`backfill run`",
         type=NO_WORKER_WITH_JOB,
+        non_retryable=True,
+    )
+
+
+def _handed_back_too_often(key: str) -> ApplicationError:
+    return ApplicationError(
+        f"{key} was handed back by stopping workers {MAX_HAND_BACKS} times in a row and "
+        "never finished: workers are stopped more often than the job takes. Nothing was "
+        "committed; replay the key with `backfill run` once the workers stay up",
+        type=HANDED_BACK_TOO_OFTEN,
         non_retryable=True,
     )
 

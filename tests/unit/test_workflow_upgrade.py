@@ -13,6 +13,9 @@ The histories in tests/histories/ were recorded on real servers:
   (`skip_run_on_job_queue`), and one that no worker with its job took within its timeout: the
   activity timed out before it started, a worker on the schedule's queue recorded the failure,
   and the run failed (`no_worker_with_job`).
+- with hand-backs: a run whose worker was stopped while its job ran; the guard handed it back
+  (`HandedBack`, not retried by Temporal), and the workflow ran it again as a new activity,
+  which committed at its first attempt (`hand_back_while_running`).
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from cronwarden.workflows.hand_back import HANDED_BACK
 from cronwarden.workflows.scheduled_run import ScheduledRunWorkflow
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
@@ -52,3 +57,27 @@ async def test_a_run_recorded_before_per_job_queues_replays_on_the_current_workf
 @pytest.mark.parametrize("name", ["skip_run_on_job_queue", "no_worker_with_job"])
 async def test_a_run_recorded_on_a_job_queue_replays_on_the_current_workflow(name: str) -> None:
     assert await replay_failure(name) is None
+
+
+async def test_a_run_handed_back_by_a_stopping_worker_replays_on_the_current_workflow() -> None:
+    assert await replay_failure("hand_back_while_running") is None
+
+
+async def test_a_recorded_hand_back_is_a_new_activity_at_its_first_attempt() -> None:
+    # What the recording shows, checked so a later re-recording cannot quietly lose it: the
+    # cut activity was not retried, and the one scheduled after it committed.
+    history = WorkflowHistory.from_json(
+        "hand_back_while_running", (HISTORIES / "hand_back_while_running.json").read_text()
+    )
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+    failures = [
+        e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
+    assert attempts == [1, 1]
+    assert failures == [HANDED_BACK]
