@@ -69,11 +69,16 @@ async def test_a_schedule_no_worker_polls_for_pages_that_cause_and_the_backfill_
             return (await handle.describe()).info.num_actions_skipped_overlap >= 1
 
         await wait_for(skipped, timeout=30, what="a fire skipped behind the waiting run")
+        created = (await handle.describe()).info.created_at
         async with pool.acquire() as conn:
-            # Past its grace now (the definition's minute is not waited out).
+            # Past its grace now (the definition's minute is not waited out), and expected
+            # from the schedule's creation: the gap begins with the first fire, whose run no
+            # worker takes, however long the apply took against the every-2s spec.
             await conn.execute(
-                "UPDATE cronwarden.heartbeats SET grace = interval '0' WHERE schedule_id = $1",
+                "UPDATE cronwarden.heartbeats SET grace = interval '0', next_expected_at = $2"
+                " WHERE schedule_id = $1",
                 sid,
+                created,
             )
             beat = await heartbeats.get(conn, sid)
         assert beat is not None and beat["next_expected_at"] is not None
