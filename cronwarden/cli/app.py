@@ -38,13 +38,28 @@ app.add_typer(backfill_app, name="backfill")
 app.command("audit")(audit_command)
 
 
+# Processes that run on their own (a service, a Job): their INFO events are the record of what
+# they did. The other commands print their result; their events stay at --log-level info.
+_LOGGING_BY_DEFAULT = {"worker", "monitor", "dev", "migrate"}
+
+
 @app.callback()
 def _root(
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR.")] = "INFO",
+    ctx: typer.Context,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            help="DEBUG, INFO, WARNING or ERROR. Default: INFO for worker, monitor, dev and "
+            "migrate; WARNING for the commands that print their result.",
+            show_default=False,
+        ),
+    ] = None,
     log_json: Annotated[
         bool | None, typer.Option("--log-json/--log-console", help="Default: JSON off a TTY.")
     ] = None,
 ) -> None:
+    if log_level is None:
+        log_level = "INFO" if ctx.invoked_subcommand in _LOGGING_BY_DEFAULT else "WARNING"
     level = log_level.upper()
     if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         raise typer.BadParameter(f"'{log_level}' is not a log level", param_hint="--log-level")

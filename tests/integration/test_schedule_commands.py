@@ -409,6 +409,8 @@ async def test_pause_is_an_operator_pause_and_unpause_resets_the_next_expected_f
     handle = client.get_schedule_handle(managed)
     paused = await cli(cli_env, "schedules", "pause", managed, "--reason", "disk swap")
     assert paused.code == 0, paused
+    # The command prints its result; its log events wait for --log-level info.
+    assert managed in paused.stdout and paused.stderr == "", paused
     desc = await handle.describe()
     assert desc.schedule.state.paused is True
     assert desc.schedule.state.note == "paused by operator: disk swap"
