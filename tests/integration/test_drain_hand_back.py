@@ -119,15 +119,21 @@ async def test_three_drains_in_a_row_spend_no_attempt_and_the_run_commits_once(
     assert handed == ["running"] * CUTS
 
 
+@pytest.mark.parametrize("replay", [False, True], ids=["live", "replay"])
 async def test_a_run_waiting_for_its_lease_is_handed_back_at_sigterm_not_at_the_graceful_time(
-    stage: Stage,
+    stage: Stage, replay: bool
 ) -> None:
     lock = f"schedule:{stage.schedule_id}"
     token = await hold_lease(stage.pool, lock, ttl_seconds=600)
     # Far longer than the test's own deadlines: only a hand-back lets the worker exit in time.
     worker = stage.worker(graceful=900)
     run = await start_run(
-        stage.client, stage.task_queue, stage.schedule_id, overlap="buffer_one", timeout=120
+        stage.client,
+        stage.task_queue,
+        stage.schedule_id,
+        overlap="buffer_one",
+        timeout=120,
+        replay=replay,
     )
     await worker.wait_event("run.lease-waiting", timeout=60)
 
