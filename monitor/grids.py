@@ -15,10 +15,10 @@ The same task sweeps scratch schedules left behind by interrupted commands.
 
 It also judges why the missing slots a page showed are missing (`backfill.explain.slot_causes`:
 a describe, a visibility list and a queue describe per schedule), for at most
-`causes_per_round` schedules a round. A cause is kept by schedule and slot until the slot is no
-longer shown missing; a cause naming a run still open (no worker polls its queue, a run in
-flight) is judged again at the schedule's next turn, a settled one never. Until a slot's cause
-is in, the page says "cause pending".
+`causes_per_round` schedules a round, after the round's grids and within `causes_timeout`.
+A cause is kept by schedule and slot until the slot is no longer shown missing; a cause naming
+a run still open (no worker polls its queue, a run in flight) is judged again at the schedule's
+next turn, a settled one never. Until a slot's cause is in, the page says "cause pending".
 """
 
 from __future__ import annotations
@@ -88,7 +88,9 @@ class RefreshPolicy:
     """Seconds between sweeps of leftover scratch schedules."""
     causes_per_round: int = 10
     """Schedules whose missing slots a round judges (one `slot_causes` each, for every slot
-    of theirs a page showed missing whose cause is not settled)."""
+    of theirs a page showed missing whose cause is not settled), once its grids are read."""
+    causes_timeout: float = 5.0
+    """Longest a round spends judging causes, after its grids."""
 
 
 @dataclass(frozen=True)
@@ -395,18 +397,14 @@ class GridRefresher:
         if client is None:
             return self._failed(now, "Temporal is unreachable", asked=len(due))
         pool = await self._pool()
-        grids = waiting = judged = 0
+        grids = waiting = 0
 
         async def one(item: tuple[str, str | None]) -> None:
-            nonlocal grids, waiting, judged
+            nonlocal grids, waiting
             schedule_id, digest = item
             computed = await self._refresh(client, pool, schedule_id, digest, now=now)
             grids += computed is True
             waiting += computed is None
-            due = self.cache.causes_due(schedule_id)
-            if due and judged < self.policy.causes_per_round:
-                judged += 1
-                await self._judge(client, pool, schedule_id, due, now=now)
 
         error: str | None = None
         with scratch_budget(self.policy.scratch_per_round) as budget:
@@ -428,7 +426,28 @@ class GridRefresher:
         if error is not None:
             return self._failed(now, error, asked=len(due), grids=grids, scratch=budget.made)
         self.cache.error = self.cache.error_since = None
+        # After the grids, never in their way: a cause is worth less than a timeline.
+        await self._judge_round(client, pool, [sid for sid, _ in due], now=now)
         return RoundReport(len(due), grids, waiting, budget.made)
+
+    async def _judge_round(
+        self, client: Client, pool: asyncpg.Pool, schedule_ids: list[str], *, now: datetime
+    ) -> None:
+        """Judge the missing slots of up to `causes_per_round` of the round's schedules, within
+        `causes_timeout`; what is not judged by then stays "cause pending" for the next round."""
+        todo = [(sid, d) for sid in schedule_ids if (d := self.cache.causes_due(sid))]
+        todo = todo[: self.policy.causes_per_round]
+        if not todo:
+            return
+        gate = asyncio.Semaphore(self.policy.concurrency)
+
+        async def one(sid: str, slots: list[datetime]) -> None:
+            async with gate:
+                await self._judge(client, pool, sid, slots, now=now)
+
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.policy.causes_timeout):
+                await asyncio.gather(*(one(sid, slots) for sid, slots in todo))
 
     async def _judge(
         self,
@@ -446,6 +465,15 @@ class GridRefresher:
             # Not a schedule cronwarden manages (or deleted meanwhile): nothing to judge by,
             # and nothing to ask again each round.
             self.cache.put_causes(schedule_id, {t: UNREADABLE for t in due})
+            return
+        except Exception as exc:
+            # Temporal failing, or one schedule's evidence unreadable: its slots stay "cause
+            # pending" and are asked about again at its next turn; the grids go on regardless.
+            log.warning(
+                "monitor.slot-causes-failed",
+                schedule_id=schedule_id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             return
         self.cache.put_causes(schedule_id, {t: SlotCause.of(c) for t, c in found.items()})
 
