@@ -116,3 +116,17 @@ def test_a_full_overview_of_missing_slots_with_causes_shows_labels_and_stays_und
     assert body.count(b"(no-worker-with-job)") == limits.page_size * limits.slots
     assert b"w" * 100 not in body and b"c" * 100 not in body  # sentence and command: own page
     assert len(body) < 1_000_000, f"{len(body):,} bytes"
+
+
+def test_a_schedules_page_repeats_what_its_incidents_page_said_to_do() -> None:
+    s = status("s", 2, {})
+    s.incident = {
+        "kind": "overdue",
+        "opened_at": NOW,
+        "summary": "schedule s is overdue",
+        "details": {"cause": WAITING.text, "next_command": OVERLAP.next_command},
+    }
+    view = StatusView(Ranking(now=NOW, schedules=[s], system_incidents=[], counts={}), [s])
+    html = unescape(render("schedule.html", links=LINKS, view=view, s=s, root="../").decode())
+    assert f"Likely cause, as paged: {WAITING.text}" in html
+    assert f'id="incident-command">{OVERLAP.next_command}</code>' in html
