@@ -26,6 +26,12 @@ def slack_payload(message: Mapping[str, Any]) -> dict[str, Any]:
     listed = list(message.get("schedules") or [])
     total = max(int(message.get("schedules_total") or 0), len(listed))
     head = f"*{cut(title, SECTION_LIMIT // 2)}*"
+    # What the page says to do about it, right under the title: the likely cause (when Temporal
+    # answered) and the command that closes the gap.
+    if message.get("cause"):
+        head += f"\n{_escape(cut(str(message['cause']), SECTION_LIMIT // 4))}"
+    if message.get("next_command"):
+        head += f"\n`{_escape(str(message['next_command']))}`"
     members = [
         f"• `{_escape(str(item['schedule_id']))}` {_escape(str(item['summary']))}"
         for item in listed

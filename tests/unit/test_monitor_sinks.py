@@ -110,6 +110,22 @@ def test_a_slack_message_has_text_and_one_mrkdwn_section() -> None:
     assert len(block["text"]["text"]) <= 3000
 
 
+def test_a_slack_message_says_the_cause_and_the_command_that_closes_the_gap() -> None:
+    command = (
+        "cronwarden backfill run nightly --start 2026-01-05T09:30:00Z --end 2026-01-05T10:00:00Z"
+    )
+    details = {
+        "grace": "15m",
+        "cause": "no worker polls the task queue 'q'",
+        "next_command": command,
+    }
+    message = incident_message(TRIGGER, incident(details=details))
+    assert (message["cause"], message["next_command"]) == (details["cause"], command)
+    [block] = slack_payload(message)["blocks"]
+    assert "no worker polls the task queue 'q'" in block["text"]["text"]
+    assert f"`{command}`" in block["text"]["text"]
+
+
 def test_a_webhook_body_is_signed_with_hmac_sha256_of_the_raw_body() -> None:
     sink = WebhookSink(SecretStr("http://127.0.0.1:1/hook"), SecretStr("s3cret"))
     body = sink.render(incident_message(TRIGGER, incident()))
