@@ -48,6 +48,7 @@ from tests.support.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 SCREENSHOT = REPO_ROOT / "docs" / "images" / "status-page.png"
+CAUSES_SCREENSHOT = REPO_ROOT / "docs" / "images" / "status-page-causes.png"
 _SLOT = re.compile(r'data-state="([a-z-]+)"\s+data-key="([^"]+)"')
 _ROW = re.compile(r'<tr data-schedule="([^"]+)" data-health="([a-z]+)">')
 
@@ -174,6 +175,21 @@ async def test_a_worker_outage_shows_missing_slots_and_the_backfill_beside_live_
             if os.environ.get("WRITE_DOCS_SCREENSHOT"):
                 SCREENSHOT.parent.mkdir(exist_ok=True)
                 shutil.copyfile(shot, SCREENSHOT)
+
+                # The schedule's own page once the background rounds have judged its missing
+                # slots: each with its cause and the command that closes its gap.
+                async def causes_shown() -> bool:
+                    status, html = await http_get_text(served.port, f"/schedules/{schedule_id}")
+                    return status == 200 and "cronwarden backfill run" in html
+
+                await wait_for(causes_shown, timeout=60, what="causes on the schedule's page")
+                with chromium(tmp_path / "profile-causes") as driver:
+                    await asyncio.to_thread(
+                        load,
+                        driver,
+                        served.url(f"/schedules/{schedule_id}"),
+                        screenshot=CAUSES_SCREENSHOT,
+                    )
 
         # The worker is back and live fires resume; the backfill replays exactly the slots the
         # page called missing, beside them.
