@@ -165,30 +165,31 @@ class GuardedRun:
         # number decides between two of them (see store/locks.py).
         holder = f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}"
 
+        request = LeaseRequest(
+            name=inp.lock_name,
+            holder=holder,
+            attempt=info.attempt,
+            ttl_seconds=inp.lock_ttl_seconds,
+            logical_key=inp.logical_key,
+            schedule_id=inp.schedule_id,
+            run_deadline_seconds=_run_deadline_seconds(info, inp),
+            replay=inp.replay,
+            wait_for_any=inp.wait_for_any,
+            wait_seconds=lease_wait_seconds(
+                inp.lock_wait_seconds,
+                scheduled=info.scheduled_time,
+                # This attempt's start, not its scheduling: time it spent in the job's queue
+                # waiting for a worker with the job is spent too.
+                attempt_scheduled=info.started_time,
+            ),
+            per_key=inp.per_key_lease,
+        )
         with self._phase("acquire", inp):
             try:
                 got = await _unless_worker_stops(
                     acquire_lease(
                         self._pool,
-                        LeaseRequest(
-                            name=inp.lock_name,
-                            holder=holder,
-                            attempt=info.attempt,
-                            ttl_seconds=inp.lock_ttl_seconds,
-                            logical_key=inp.logical_key,
-                            schedule_id=inp.schedule_id,
-                            run_deadline_seconds=_run_deadline_seconds(info, inp),
-                            replay=inp.replay,
-                            wait_for_any=inp.wait_for_any,
-                            wait_seconds=lease_wait_seconds(
-                                inp.lock_wait_seconds,
-                                scheduled=info.scheduled_time,
-                                # This attempt's start, not its scheduling: time it spent in the
-                                # job's queue waiting for a worker with the job is spent too.
-                                attempt_scheduled=info.started_time,
-                            ),
-                            per_key=inp.per_key_lease,
-                        ),
+                        request,
                         log=log,
                         heartbeat=activity.heartbeat,
                         still_current=self._still_current_check(info),
