@@ -31,7 +31,7 @@ from tests.support.drains import (
     triggered_run,
 )
 from tests.support.faults.worker_process import WorkerProcess
-from tests.support.runs import FIRE, effects, start_run
+from tests.support.runs import FIRE, effects, lease_holder, start_run
 from tests.support.schedules import yearly_definition
 from tests.support.servers import in_process_worker
 from tests.support.waiting import wait_for
@@ -192,3 +192,40 @@ async def test_a_hand_back_keeps_the_attempts_that_failed_for_real_before_it(
         assert (await activity_attempts(run))[0] == (2, HANDED_BACK)
     finally:
         await run.terminate()
+
+
+async def test_a_hand_back_whose_release_failed_waits_out_the_lease_instead_of_skipping(
+    stage: Stage, tmp_path: Path
+) -> None:
+    # A `skip` run: behind another holder it would be skipped at once. Here the holder is its
+    # own cut activity, whose release is undone below as if it had failed (Postgres away at
+    # that moment): the lease then lapses only at its TTL.
+    gate = tmp_path / "gate"
+    lock = f"schedule:{stage.schedule_id}"
+    run = await start_run(
+        stage.client,
+        stage.task_queue,
+        stage.schedule_id,
+        job="gated",
+        args={"gate": str(gate)},
+        lock_ttl=4,
+    )
+    worker = stage.worker(graceful=1)
+    await worker.wait_event("run.started", timeout=60)
+    held = await lease_holder(stage.pool, lock)
+    worker.signal(signal.SIGTERM)
+    assert await worker.exited(timeout=60) == 0, worker.output
+    async with stage.pool.acquire() as conn:
+        await conn.execute(
+            "UPDATE cronwarden.locks SET holder = $2, expires_at = clock_timestamp() + "
+            "interval '4 seconds' WHERE name = $1 AND token = $3",
+            lock,
+            held["holder"],
+            held["token"],
+        )
+
+    gate.touch()
+    async with in_process_worker(stage.client, stage.pool, stage.task_queue):
+        outcome = await asyncio.wait_for(run.result(), timeout=RESULT_TIMEOUT)
+    assert (outcome.outcome, outcome.attempt) == (RAN, 1)
+    assert await effects(stage.pool, outcome.logical_key) == 1
