@@ -123,7 +123,7 @@ class GuardedRun:
             # Every path below released the lease (or left it to its TTL) and rolled the job's
             # transaction back on its way out: what is left is to say why, so no attempt is
             # spent on it. Counted by no outcome, like any cut: the run's next activity is.
-            raise self._handed_back(inp, where="running") from None
+            raise self.handed_back(inp, where="running") from None
         except ApplicationError as exc:
             if exc.type != HANDED_BACK:
                 self._finished(inp, LEASE_LOST_OUTCOME if exc.type == LEASE_LOST else FAILED)
@@ -201,7 +201,7 @@ class GuardedRun:
             # The worker began to stop while this run waited for its lease: handed back at
             # once (it left the queue), rather than waiting out the graceful time for a lease
             # it would then be cut from.
-            raise self._handed_back(inp, where="waiting for its lease")
+            raise self.handed_back(inp, where="waiting for its lease")
         if got.took_over:
             self._metrics.lease_taken_over()
         if got.already_done:
@@ -745,7 +745,7 @@ class GuardedRun:
         await self._record_failure(inp, error, log)
         return ApplicationError(error, type=ATTEMPT_ABANDONED)
 
-    def _handed_back(self, inp: GuardedRunInput, *, where: str) -> ApplicationError:
+    def handed_back(self, inp: GuardedRunInput, *, where: str) -> ApplicationError:
         """The run given back by a stopping worker (workflows/hand_back.py). Not the job's
         failure: `last_error` is left alone, and the workflow runs it again as a new activity.
         The attempt rides along, so the workflow knows how many real ones came before."""

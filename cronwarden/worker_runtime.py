@@ -42,7 +42,7 @@ from cronwarden.logs import get_logger
 from cronwarden.store.pool import create_pool
 from cronwarden.tracing import worker_tracing
 from cronwarden.worker_metrics import WorkerMetrics
-from cronwarden.worker_slots import RunSlots
+from cronwarden.worker_slots import RunSlots, SlotNotTaken
 from cronwarden.workflows.job_queues import job_queue_problem, job_task_queue
 from cronwarden.workflows.scheduled_run import JOB_QUEUES_PATCH, ScheduledRunWorkflow
 
@@ -179,15 +179,35 @@ def _within_slots(guarded: GuardedRun, slots: RunSlots) -> Callable[..., Any]:
     @activity.defn(name=RUN_GUARDED)
     async def run_guarded(inp: GuardedRunInput) -> RunOutcome:
         queued = time.monotonic()
-        async with slots.running(heartbeat=activity.heartbeat):
-            # A wait for a slot comes out of the wait for the lease, as a wait in the queue
-            # does: the activity's start-to-close covers both waits plus the job's timeout.
-            waited = time.monotonic() - queued
-            if waited > 0 and inp.lock_wait_seconds:
-                inp = replace(inp, lock_wait_seconds=max(inp.lock_wait_seconds - waited, 0.0))
-            return await guarded.run_guarded(inp)
+        try:
+            async with slots.running(heartbeat=activity.heartbeat, give_up=_slot_wait_over):
+                # A wait for a slot comes out of the wait for the lease, as a wait in the queue
+                # does: the activity's start-to-close covers both waits plus the job's timeout.
+                waited = time.monotonic() - queued
+                if waited > 0 and inp.lock_wait_seconds:
+                    inp = replace(inp, lock_wait_seconds=max(inp.lock_wait_seconds - waited, 0.0))
+                return await guarded.run_guarded(inp)
+        except SlotNotTaken:
+            # A task this process took beyond its budget (pollers of several queues in the same
+            # instant), or one still waiting when the worker stops: handed back, no attempt
+            # spent, while Temporal's clock on the attempt still has room. The workflow
+            # dispatches it again, to a worker with a free slot; a saturated one is not polling.
+            raise guarded.handed_back(inp, where="waiting for a run slot") from None
 
     return run_guarded
+
+
+# How long a task waits for a run slot before it goes back: at most this, and at most half the
+# attempt's start-to-close (its job's timeout needs the rest).
+SLOT_WAIT_LIMIT = 10.0
+
+
+def _slot_wait_over(waited: float) -> bool:
+    if activity.is_worker_shutdown():
+        return True
+    budget = activity.info().start_to_close_timeout
+    limit = SLOT_WAIT_LIMIT if budget is None else min(SLOT_WAIT_LIMIT, budget.total_seconds() / 2)
+    return waited >= limit
 
 
 async def run_worker(

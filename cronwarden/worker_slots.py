@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -37,9 +38,9 @@ from temporalio.worker import (
     SlotReserveContext,
 )
 
-# A task waiting for a run slot tells Temporal it is alive this often (the run's activity
-# heartbeat timeout is 10 s).
-HEARTBEAT_WHILE_WAITING = 2.0
+# A task waiting for a run slot tells Temporal it is alive, and asks whether to give up, this
+# often (the run's activity heartbeat timeout is 10 s).
+WAIT_CHECK_EVERY = 1.0
 
 
 class _Permit(SlotPermit):
@@ -105,13 +106,21 @@ class RunSlots(CustomSlotSupplier):
             waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     @asynccontextmanager
-    async def running(self, heartbeat: Callable[[], None]) -> AsyncIterator[None]:
+    async def running(
+        self,
+        heartbeat: Callable[[], None],
+        give_up: Callable[[float], bool] | None = None,
+    ) -> AsyncIterator[None]:
         """Hold one of the `limit` run slots while the block runs; `heartbeat` is called while
-        waiting for one."""
+        waiting for one, and `give_up(seconds waited)` too: True raises `SlotNotTaken`, the
+        wait abandoned (the task goes back, see worker_runtime.py)."""
         acquire = asyncio.ensure_future(self._gate.acquire())
+        started = time.monotonic()
         try:
-            while not (await asyncio.wait({acquire}, timeout=HEARTBEAT_WHILE_WAITING))[0]:
+            while not (await asyncio.wait({acquire}, timeout=WAIT_CHECK_EVERY))[0]:
                 heartbeat()
+                if give_up is not None and give_up(time.monotonic() - started):
+                    raise SlotNotTaken
         except BaseException:
             # Cancelled while waiting: a slot acquired in the same instant is given back.
             acquire.cancel()
@@ -122,6 +131,10 @@ class RunSlots(CustomSlotSupplier):
             yield
         finally:
             self._gate.release()
+
+
+class SlotNotTaken(Exception):
+    """A task gave up waiting for a run slot (see `RunSlots.running`)."""
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:

@@ -40,6 +40,7 @@ from cronwarden.schedules.pollers import job_pollers, jobs_without_worker, no_wo
 from cronwarden.schedules.run_ids import replay_workflow_id
 from cronwarden.schedules.status import status_report
 from cronwarden.worker_runtime import build_worker
+from cronwarden.workflows.hand_back import HANDED_BACK
 from cronwarden.workflows.job_queues import NO_WORKER_WITH_JOB
 from tests.support.database import fetch
 from tests.support.runs import FIRE, start_run
@@ -376,3 +377,45 @@ def committed_all(
         return expected <= {r["fire_time"] for r in await outbox(pool, schedule_id)}
 
     return check
+
+
+async def test_a_task_taken_beyond_the_budget_goes_back_without_spending_an_attempt(
+    client: Client, pool: asyncpg.Pool, task_queue: str, tmp_path: Path
+) -> None:
+    # One run slot, held by a gated run. The probe queue's poller was already polling when the
+    # slot filled, so it takes the probe's task beyond the budget. That task must not sit out
+    # its attempt's start-to-close waiting for the slot (Temporal would time the attempt out
+    # and spend it): it goes back, waits in the queue, and runs once the slot is free.
+    gate = tmp_path / "gate"
+    worker = build_worker(
+        client=client,
+        pool=pool,
+        registry=registry_of("gated", "probe"),
+        task_queue=task_queue,
+        graceful_shutdown=timedelta(seconds=5),
+        max_concurrent_runs=1,
+    )
+    async with worker:
+        held = await start_run(
+            client, task_queue, f"g-{task_queue[-8:]}", job="gated", args={"gate": str(gate)}
+        )
+        await wait_for(held_leases(pool, 1), timeout=30, what="the gated run holding its lease")
+        extra = await start_run(
+            client, task_queue, f"p-{task_queue[-8:]}", job="probe", timeout=4, max_attempts=1
+        )
+
+        async def went_back_or_ended() -> bool:
+            events = (await client.get_workflow_handle(extra.id).fetch_history()).events
+            return any(
+                e.activity_task_failed_event_attributes.failure.application_failure_info.type
+                == HANDED_BACK
+                for e in events
+                if e.HasField("activity_task_failed_event_attributes")
+            ) or any(e.HasField("workflow_execution_failed_event_attributes") for e in events)
+
+        await wait_for(went_back_or_ended, timeout=60, what="the probe's task handed back")
+        gate.touch()
+        outcomes = [await held.result(), await extra.result()]
+    assert [o.outcome for o in outcomes] == [RAN, RAN]
+    events = (await client.get_workflow_handle(extra.id).fetch_history()).events
+    assert not [e for e in events if e.HasField("activity_task_timed_out_event_attributes")]

@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Any
 
+from cronwarden import JobContext, job
 from cronwarden.activities.guard import GuardedRun
 from cronwarden.store.runs import CommitOutcome
 
@@ -39,3 +40,9 @@ async def _commit_then_exit(self: GuardedRun, ctx: Any, record: Any) -> CommitOu
 # for EXIT_CODE must not turn its own process into one that dies at its next commit.
 if __name__ in (m.strip() for m in os.environ.get("CRONWARDEN_JOBS", "").split(",")):
     GuardedRun._commit = _commit_then_exit  # type: ignore[method-assign]
+
+    # A jobs module must register a job (a module that registers none is refused as a
+    # misconfiguration): this one's job is a marker, never scheduled.
+    @job("fault-exit-after-commit")
+    async def _marker(ctx: JobContext) -> None:
+        return None

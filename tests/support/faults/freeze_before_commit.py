@@ -30,6 +30,7 @@ import sys
 import time
 from typing import Any
 
+from cronwarden import JobContext, job
 from cronwarden.activities.guard import GuardedRun
 from cronwarden.store.runs import CommitOutcome
 
@@ -60,3 +61,9 @@ async def _freeze_then_commit(self: GuardedRun, ctx: Any, record: Any) -> Commit
 # Only in a worker that loads this module as one of its jobs modules (see exit_after_commit.py).
 if __name__ in (m.strip() for m in os.environ.get("CRONWARDEN_JOBS", "").split(",")):
     GuardedRun._commit = _freeze_then_commit  # type: ignore[method-assign]
+
+    # A jobs module must register a job (a module that registers none is refused as a
+    # misconfiguration): this one's job is a marker, never scheduled.
+    @job("fault-freeze-before-commit")
+    async def _marker(ctx: JobContext) -> None:
+        return None
