@@ -142,6 +142,13 @@ async def test_a_sink_that_stopped_answering_holds_up_one_pass_not_every_retry(
             await due_now(pool)
             await stage(pool, f"{schedule_id}-b")
             await passes(monitor)  # returns while the webhook's retry is still unanswered
+
+            async def retry_sent() -> bool:
+                # The retry goes out on its own task: it may reach the receiver a moment after
+                # the pass returned.
+                return len(receiver.at("/hook")) >= 2
+
+            await wait_for(retry_sent, timeout=10, what="the webhook's retry to arrive")
             assert [r.status for r in receiver.at("/hook")] == [None, None]
             retrying, untried = await pending(pool, "webhook")
             assert retrying["claimed_until"] is not None and retrying["attempts"] == 2
