@@ -99,8 +99,11 @@ async def test_a_holder_frozen_at_its_commit_is_fenced_off_by_the_taker_of_its_l
     taker_token = (await lease_holder(one_key.pool, f"schedule:{one_key.schedule_id}"))["token"]
     holder.signal(signal.SIGCONT)
     thawed = await holder.maybe_event("test.thawed", timeout=30)
-    returned = await holder.maybe_event("test.commit-returned", timeout=30)
+    # Thawed, the holder either runs its commit statement (fenced off: its events say so) or
+    # learns first that Temporal cancelled its timed-out attempt; either way it loses the lease.
+    # Waited for by the event both paths end with, so the taker's gate stays shut no longer.
     lost = await holder.maybe_event("run.lease-lost", timeout=30)
+    returned = next(iter(holder.events("test.commit-returned")), None)
     committed_while_taker_gated = await one_key.committed_attempts()
     gate.touch()
     outcome = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
@@ -116,7 +119,7 @@ async def test_a_holder_frozen_at_its_commit_is_fenced_off_by_the_taker_of_its_l
     check(checks, taker_token != stale_token, "the taker did not take the lease over")
     check(
         checks,
-        returned is not None and not returned["fenced"] and not returned["recorded"],
+        returned is None or (not returned["fenced"] and not returned["recorded"]),
         f"the thawed holder's commit was not fenced off: {returned}",
     )
     check(checks, lost is not None, "the thawed holder did not log run.lease-lost")
@@ -125,10 +128,18 @@ async def test_a_holder_frozen_at_its_commit_is_fenced_off_by_the_taker_of_its_l
         committed_while_taker_gated == [],
         f"committed while the taker held the lease: {committed_while_taker_gated}",
     )
-    check(checks, (outcome.outcome, outcome.attempt) == (RAN, 2), f"the taker gave {outcome}")
-    check(checks, await one_key.committed_attempts() == [2], "the outbox is not the taker's")
+    # The taker is a later attempt: the second, or the third when the frozen holder's open
+    # poll on the job's queue took the second and sat on it (frozen, not dead) until it
+    # timed out.
+    check(
+        checks,
+        outcome.outcome == RAN and outcome.attempt >= 2,
+        f"the taker gave {outcome}",
+    )
+    taker = [outcome.attempt]
+    check(checks, await one_key.committed_attempts() == taker, "the outbox is not the taker's")
     await one_key.tally("2a holder frozen at its commit, thawed while the taker holds", checks)
-    assert await one_key.effect_attempts() == [2]
+    assert await one_key.effect_attempts() == taker
 
 
 async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_once_thawed(
@@ -149,7 +160,10 @@ async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_o
     start_worker()
 
     async def taken_and_committed() -> bool:
-        return await one_key.committed_attempts() == [2]
+        # A later attempt than the frozen holder's (the second, or the third when the frozen
+        # process's open poll took the second and sat on it until it timed out).
+        attempts = await one_key.committed_attempts()
+        return len(attempts) == 1 and attempts[0] >= 2
 
     # The retry (attempt 2) takes the lease over and commits while the holder is still frozen.
     await wait_for(taken_and_committed, timeout=60, what="another worker to commit the key")
@@ -160,7 +174,7 @@ async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_o
     outcome = await asyncio.wait_for(handle.result(), RESULT_TIMEOUT)
 
     checks: list[str] = []
-    check(checks, (outcome.outcome, outcome.attempt) == (RAN, 2), f"the taker gave {outcome}")
+    check(checks, outcome.outcome == RAN and outcome.attempt >= 2, f"the taker gave {outcome}")
     check(checks, lost is not None, "the stale holder did not log run.lease-lost")
     check(
         checks,
@@ -168,10 +182,14 @@ async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_o
         f"lease-lost of another run: {lost}",
     )
     check(checks, not stale.events("run.committed"), "the stale holder logged a commit")
-    check(checks, await one_key.committed_attempts() == [2], "the outbox is not the taker's")
+    check(
+        checks,
+        await one_key.committed_attempts() == [outcome.attempt],
+        "the outbox is not the taker's",
+    )
     check(checks, stale.proc.poll() is None, "the stale worker died instead of carrying on")
     await one_key.tally("2b holder frozen mid-job, thawed after the taker committed", checks)
-    assert await one_key.effect_attempts() == [2]
+    assert await one_key.effect_attempts() == [outcome.attempt]
 
 
 async def test_fifty_concurrent_executions_of_one_key_commit_once(
