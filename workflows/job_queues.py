@@ -32,6 +32,19 @@ def job_task_queue(task_queue: str, job: str) -> str:
 
 def job_queue_problem(task_queue: str, job: str) -> str | None:
     """Why `job`'s activity queue cannot exist on Temporal, or None when it can."""
+    # The infix must name exactly one split: a schedule queue `q/job/probe` would poll job
+    # `probe`'s queue on `q`, and job `b/job/c` on `q` is job `c` on `q/job/b`. Either would
+    # hand a run to a worker that does not have its job.
+    if JOB_QUEUE_INFIX in task_queue:
+        return (
+            f"task queue '{task_queue[:80]}' contains '{JOB_QUEUE_INFIX}', which cronwarden "
+            "keeps for the queues of jobs: choose another task queue name"
+        )
+    if JOB_QUEUE_INFIX in job:
+        return (
+            f"job '{job[:80]}' contains '{JOB_QUEUE_INFIX}', which cronwarden keeps for the "
+            "queues of jobs: choose another job name"
+        )
     try:
         size = len(job_task_queue(task_queue, job).encode())
     except UnicodeEncodeError:
