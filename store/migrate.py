@@ -132,10 +132,15 @@ async def migrate(conn: asyncpg.Connection, *, through: int | None = None) -> li
                         await ONLINE_ABANDON[migration.version](conn)
                     raise
             applied_now.append(migration)
+            # At once, not at the end: a table a migration (re)creates gets the migrator's
+            # default grants, UPDATE and DELETE on the outbox included, and a later step that
+            # fails must not leave the runtime role able to delete the records exactly-once
+            # rests on.
+            await conn.execute(RUNTIME_EXCEPTIONS)
+        await conn.execute(RUNTIME_EXCEPTIONS)
         if through is None:
             # Every migrate makes sure the outbox's months ahead exist (the monitor does too).
             await outbox_partitions.create_ahead(conn)
-        await conn.execute(RUNTIME_EXCEPTIONS)
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)
     return applied_now

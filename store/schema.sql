@@ -197,10 +197,15 @@ BEGIN
                                name, m AT TIME ZONE 'UTC',
                                (m + interval '1 month') AT TIME ZONE 'UTC');
                 RETURN NEXT name;
-            EXCEPTION WHEN lock_not_available OR check_violation THEN
-                -- Nothing is lost: that month's commits land in the default partition until a
-                -- later call attaches the month (never, if the default holds its rows).
-                RAISE WARNING 'outbox partition % not created now: %', name, SQLERRM;
+            EXCEPTION
+                WHEN duplicate_table OR unique_violation THEN
+                    -- Another caller created this month between the look and the create.
+                    NULL;
+                WHEN lock_not_available OR check_violation THEN
+                    -- Nothing is lost: that month's commits land in the default partition
+                    -- until a later call attaches the month (never, if the default holds its
+                    -- rows).
+                    RAISE WARNING 'outbox partition % not created now: %', name, SQLERRM;
             END;
         END IF;
         m := m + interval '1 month';

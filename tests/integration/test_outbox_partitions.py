@@ -4,6 +4,7 @@ million records converted while a worker commits, and the horizon `backfill` and
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit, urlunsplit
@@ -272,3 +273,23 @@ async def test_the_monitor_process_recreates_a_missing_month(
     assert result.code == 0, result
     async with pool.acquire() as conn:
         assert ahead in await names(conn)
+
+
+async def test_months_created_from_several_connections_at_once_all_succeed(
+    database: str, pool: asyncpg.Pool
+) -> None:
+    # `migrate` beside the monitor's upkeep, or two monitors: the loser of a race for a month
+    # finds it made, and its call (and the drop that follows it in the upkeep) goes on.
+    async with pool.acquire() as conn:
+        for name in [p for p in await names(conn) if not p.endswith("_default")][1:]:
+            await conn.execute(f"DROP TABLE {name}")
+
+    async def create() -> None:
+        async with pool.acquire() as conn:
+            await conn.fetch(
+                "SELECT cronwarden.create_outbox_partitions(now() + interval '6 months')"
+            )
+
+    await asyncio.gather(*(create() for _ in range(4)))
+    async with pool.acquire() as conn:
+        assert len([p for p in await names(conn) if not p.endswith("_default")]) >= 7
