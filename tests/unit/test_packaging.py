@@ -19,7 +19,7 @@ NOT_SOURCES = shutil.ignore_patterns(
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[zipfile.ZipFile, str]:
     # The build runs on a copy: an in-tree build would leave build/ and *.egg-info in the
     # checkout while other tests read it.
     root = tmp_path_factory.mktemp("wheel")
@@ -28,7 +28,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     built = subprocess.run(
         [
             sys.executable,
-            *("-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet"),
+            *("-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-v"),
             *("--wheel-dir", str(root / "dist"), str(source)),
         ],
         capture_output=True,
@@ -37,7 +37,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     )
     assert built.returncode == 0, built.stderr
     (path,) = (root / "dist").glob("cronwarden-*.whl")
-    return zipfile.ZipFile(path)
+    return zipfile.ZipFile(path), built.stdout + built.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(built: tuple[zipfile.ZipFile, str]) -> zipfile.ZipFile:
+    return built[0]
+
+
+def test_the_build_warns_of_no_package_left_out(built: tuple[zipfile.ZipFile, str]) -> None:
+    # setuptools names a folder of package data it finds outside `packages` (the status page's
+    # templates were one): a 35-line warning on every install.
+    assert "is absent from the `packages` configuration" not in built[1]
 
 
 def test_the_wheel_installs_one_import_name(wheel: zipfile.ZipFile) -> None:
