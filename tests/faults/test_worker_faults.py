@@ -136,10 +136,10 @@ async def test_a_holder_frozen_at_its_commit_is_fenced_off_by_the_taker_of_its_l
         outcome.outcome == RAN and outcome.attempt >= 2,
         f"the taker gave {outcome}",
     )
-    taker = [outcome.attempt]
-    check(checks, await one_key.committed_attempts() == taker, "the outbox is not the taker's")
+    taken = [outcome.attempt]
+    check(checks, await one_key.committed_attempts() == taken, "the outbox is not the taker's")
     await one_key.tally("2a holder frozen at its commit, thawed while the taker holds", checks)
-    assert await one_key.effect_attempts() == taker
+    assert await one_key.effect_attempts() == taken
 
 
 async def test_a_lease_holder_frozen_past_its_lease_and_timeout_writes_nothing_once_thawed(
