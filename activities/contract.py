@@ -19,6 +19,9 @@ RUN_GUARDED = "cronwarden.run_guarded"
 RAN = "ran"
 ALREADY_DONE = "already-done"
 OVERLAP_LOCKED = "overlap-locked"
+# A zoned schedule's run at the second reading of a repeated wall time its rule fires once: no
+# lease, no job, no record (the compiled spec never fires it; a replay naming it might).
+NOT_IN_RULE = "not-in-rule"
 
 # Failure types (ApplicationError.type). The first two are final: retrying cannot help.
 UNKNOWN_JOB = "UnknownJob"
@@ -139,12 +142,14 @@ class GuardedRunInput:
     timeout_seconds: float | None = None
     """The job's own timeout, for the lease's run deadline (the activity's start-to-close also
     covers the wait for the lease)."""
+    zone: dict[str, Any] | None = None
+    """A zoned schedule's `timezone`, `crons` and `dst_repeat` (None: UTC)."""
 
 
 @dataclass
 class RunOutcome:
     outcome: str
-    """`ran`, `already-done` or `overlap-locked`."""
+    """`ran`, `already-done`, `overlap-locked` or `not-in-rule`."""
     logical_key: str
     result: dict[str, Any] | None = None
     fencing_token: int | None = None

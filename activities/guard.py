@@ -34,6 +34,7 @@ from cronwarden.activities.contract import (
     JOB_TIMED_OUT,
     LEASE_LOST,
     LEASE_SKIP_UNRECORDED,
+    NOT_IN_RULE,
     ORPHAN_NOTE_PREFIX,
     OVERLAP_LOCKED,
     RAN,
@@ -49,6 +50,7 @@ from cronwarden.activities.jobs import InvalidArgs, JobRegistry, JobSpec, Unknow
 from cronwarden.activities.lease import AttemptAbandoned, LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from cronwarden.redact import for_storage
+from cronwarden.schedules.zones import LocalSpec, repeat_refusal
 from cronwarden.store import heartbeats, locks, outbox
 from cronwarden.store.pool import own_statements
 from cronwarden.store.runs import CommitOutcome, CommitRecord, commit_run
@@ -155,6 +157,12 @@ class GuardedRun:
             attempt=info.attempt,
             workflow_id=info.workflow_id,
         )
+        refusal = _not_in_rule(inp)
+        if refusal is not None:
+            # Before the lease and the outbox: the rule never fires this instant, so nothing of
+            # it may run or be recorded, whoever started it.
+            log.info("run.not-in-rule", reason=refusal)
+            return RunOutcome(NOT_IN_RULE, inp.logical_key, attempt=info.attempt, notes=[refusal])
         spec = await self._job_spec(inp, info, log)
         if isinstance(spec, outbox.CommittedRecord):
             # Replaying a key that is already done must neither fail nor pause anything.
@@ -888,6 +896,20 @@ def lease_wait_seconds(
     passes the attempt's start as `attempt_scheduled`, so a wait in the job's queue counts."""
     spent = (attempt_scheduled - scheduled).total_seconds()
     return max(wait_seconds - max(spent, 0.0), 0.0)
+
+
+def _not_in_rule(inp: GuardedRunInput) -> str | None:
+    """Why a zoned schedule's rule never fires this run's instant (the second reading of a
+    repeated wall time it fires once), or None."""
+    zone = inp.zone
+    if not zone:
+        return None
+    local = LocalSpec(
+        zone=str(zone["timezone"]),
+        crons=tuple(zone.get("crons") or ()),
+        dst_repeat=zone.get("dst_repeat"),
+    )
+    return repeat_refusal(local, parse_fire_time(inp.fire_time))
 
 
 def _run_deadline_seconds(info: activity.Info, inp: GuardedRunInput) -> float | None:

@@ -21,7 +21,7 @@ from cronwarden.schedules.model import ScheduleDefinition
 _DURATIONS = ("every", "catchup_window", "heartbeat_grace", "lock_ttl", "timeout", "jitter")
 _TIMEDELTA = TypeAdapter(timedelta)
 # What `definition_json` adds to a definition's own fields (schedules/mapping.py).
-_MAPPING_KEYS = ("task_queue", "workflow", "mapping_version")
+_MAPPING_KEYS = ("task_queue", "workflow", "mapping_version", "zone_compiled")
 
 
 ENDED = "ended"

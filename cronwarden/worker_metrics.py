@@ -17,11 +17,11 @@ from typing import Final
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.context_managers import Timer
 
-from cronwarden.activities.contract import ALREADY_DONE, OVERLAP_LOCKED, RAN
+from cronwarden.activities.contract import ALREADY_DONE, NOT_IN_RULE, OVERLAP_LOCKED, RAN
 
 LEASE_LOST_OUTCOME: Final = "lease-lost"
 FAILED: Final = "failed"
-OUTCOMES: Final = (RAN, ALREADY_DONE, OVERLAP_LOCKED, LEASE_LOST_OUTCOME, FAILED)
+OUTCOMES: Final = (RAN, ALREADY_DONE, OVERLAP_LOCKED, NOT_IN_RULE, LEASE_LOST_OUTCOME, FAILED)
 PHASES: Final = ("acquire", "job", "commit")
 # From a fast lease statement to a job of several minutes.
 PHASE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)

@@ -149,13 +149,13 @@ def _checked(expr: str) -> tuple[str, CronFields]:
     if not text:
         raise ValueError("the cron expression is empty")
     if text.upper().startswith(("TZ=", "CRON_TZ=")):
-        # Fire times, heartbeat deadlines and logical keys are all UTC; a per-spec zone would make
-        # the same slot mean different instants in different places, and DST would skip or repeat
-        # runs.
+        # Temporal would evaluate the prefix's zone itself, with its own daylight-saving
+        # behaviour; a zone is the schedule's `timezone:` field, compiled by one stated rule.
         raise CronLint(
-            "utc-only",
-            f"'{expr}': TZ= and CRON_TZ= prefixes are refused: schedules run in UTC only, "
-            "so write the times in UTC",
+            "tz-prefix",
+            f"'{expr}': TZ= and CRON_TZ= prefixes are refused: set the schedule's `timezone:` "
+            "field instead (e.g. timezone: Europe/Paris), which follows cronwarden's "
+            "daylight-saving rule",
         )
     if "#" in text:
         # Temporal reads everything after '#' as a comment, so Quartz's "mon#2" (second Monday)

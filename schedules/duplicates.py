@@ -35,6 +35,10 @@ def duplicate_key(definition: Mapping[str, Any]) -> DuplicateKey:
         trigger = "cron " + " | ".join(crons)
     else:
         trigger = f"every {every}"
+    zone = definition.get("timezone")
+    if zone and cron is not None:
+        # 09:00 in Berlin and 09:00 in UTC are different instants; an interval ignores zones.
+        trigger += f" in {zone}"
     args = json.dumps(definition.get("args") or {}, sort_keys=True, separators=(",", ":"))
     return (str(definition.get("job")), trigger, args)
 

@@ -1,10 +1,15 @@
-"""A `ScheduleDefinition` as a Temporal `Schedule`. UTC only: no time zone ever reaches the spec."""
+"""A `ScheduleDefinition` as a Temporal `Schedule`. UTC only: no time zone ever reaches the spec.
+
+A zoned schedule's wall times are compiled into UTC calendar entries by schedules/zones.py, for
+a window of whole years; the window and the zone database's version are part of the digest, so
+the first apply in a new year, or under a new `tzdata`, pushes the entries again.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -24,6 +29,12 @@ from cronwarden.activities.contract import (
 )
 from cronwarden.schedules.model import SPEC_EXTRAS, Overlap, ScheduleDefinition
 from cronwarden.schedules.spec_parts import SkipCalendar
+from cronwarden.schedules.zones import (
+    compile_local,
+    compile_window,
+    compiled_label,
+    value_ranges,
+)
 from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 
 # Schedule-level memo marking what cronwarden created (set once, at creation).
@@ -51,6 +62,22 @@ _OVERLAP = {
 }
 
 
+ZONE_COMPILED = "zone_compiled"
+"""The key of the definition JSON naming what a zoned schedule's entries were compiled for."""
+
+
+def clock() -> datetime:
+    """Now, for the years a zoned schedule is compiled for (tests set another year)."""
+    return datetime.now(UTC)
+
+
+def zone_of(defn: ScheduleDefinition) -> dict[str, Any] | None:
+    """What the guard needs to tell a repeated wall time's second reading (None: UTC)."""
+    if defn.timezone is None or not defn.crons:
+        return None
+    return {"timezone": defn.timezone, "crons": defn.crons, "dst_repeat": defn.dst_repeat}
+
+
 def run_input(defn: ScheduleDefinition, *, task_queue: str) -> ScheduledRunInput:
     return ScheduledRunInput(
         schedule_id=defn.id,
@@ -64,6 +91,7 @@ def run_input(defn: ScheduleDefinition, *, task_queue: str) -> ScheduledRunInput
         heartbeat_grace_seconds=defn.heartbeat_grace.total_seconds(),
         max_attempts=defn.max_attempts,
         definition_digest=definition_digest(defn, task_queue=task_queue),
+        zone=zone_of(defn),
     )
 
 
@@ -76,6 +104,8 @@ def definition_json(defn: ScheduleDefinition, *, task_queue: str) -> dict[str, A
         # a set one is in, so changing it re-applies the schedule.
         if data.get(name) in (None, []):
             data.pop(name, None)
+    if defn.timezone is not None:
+        data[ZONE_COMPILED] = compiled_label(clock())
     data["task_queue"] = task_queue
     data["workflow"] = WORKFLOW_NAME
     data["mapping_version"] = MAPPING_VERSION
@@ -99,8 +129,25 @@ def execution_timeout(defn: ScheduleDefinition) -> timedelta:
     return waiting + defn.timeout * defn.max_attempts + backoff + timedelta(minutes=5)
 
 
-def to_spec(defn: ScheduleDefinition) -> ScheduleSpec:
-    """The definition's spec as Temporal's, UTC only (no time zone ever set)."""
+def to_spec(
+    defn: ScheduleDefinition, *, window: tuple[datetime, datetime] | None = None
+) -> ScheduleSpec:
+    """The definition's spec as Temporal's, UTC only (no time zone ever set).
+
+    A zoned one is compiled for `window` (default: this year's `compile_window`); a plan asking
+    about other years passes its own."""
+    local = defn.local_spec
+    if local is not None:
+        start, end = window or compile_window(clock())
+        compiled = compile_local(local, start, end)
+        return ScheduleSpec(
+            calendars=list(compiled.calendars),
+            intervals=[ScheduleIntervalSpec(every=defn.every)] if defn.every is not None else [],
+            skip=list(compiled.skips),
+            start_at=defn.start_at,
+            end_at=defn.end_at,
+            jitter=defn.jitter,
+        )
     return ScheduleSpec(
         cron_expressions=defn.crons,
         intervals=[ScheduleIntervalSpec(every=defn.every)] if defn.every is not None else [],
@@ -116,7 +163,7 @@ def _skip_spec(skip: SkipCalendar) -> ScheduleCalendarSpec:
     # a date left at the defaults would skip only its first second.
     def ranges(name: str) -> tuple[ScheduleRange, ...]:
         values = skip.values(name)
-        return () if values is None else _ranges(sorted(values))
+        return () if values is None else value_ranges(values)
 
     return ScheduleCalendarSpec(
         second=ranges("second"),
@@ -129,21 +176,13 @@ def _skip_spec(skip: SkipCalendar) -> ScheduleCalendarSpec:
     )
 
 
-def _ranges(values: list[int]) -> tuple[ScheduleRange, ...]:
-    """Consecutive runs of values as inclusive ranges (step 1)."""
-    runs: list[ScheduleRange] = []
-    start = previous = values[0]
-    for value in values[1:]:
-        if value != previous + 1:
-            runs.append(ScheduleRange(start, previous))
-            start = value
-        previous = value
-    runs.append(ScheduleRange(start, previous))
-    return tuple(runs)
-
-
-def to_temporal(defn: ScheduleDefinition, *, task_queue: str) -> Schedule:
-    spec = to_spec(defn)
+def to_temporal(
+    defn: ScheduleDefinition,
+    *,
+    task_queue: str,
+    window: tuple[datetime, datetime] | None = None,
+) -> Schedule:
+    spec = to_spec(defn, window=window)
     action = ScheduleActionStartWorkflow(
         WORKFLOW_NAME,
         run_input(defn, task_queue=task_queue),

@@ -14,7 +14,7 @@ from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -36,6 +36,7 @@ from cronwarden.schedules.duplicates import duplicates_in_file
 from cronwarden.schedules.durations import parse_duration
 from cronwarden.schedules.firing import finished_note, never_fires
 from cronwarden.schedules.spec_parts import SkipCalendar, skip_calendar, utc_instant
+from cronwarden.schedules.zones import UTC_NAMES, DstGap, LocalSpec, check_zone_name
 from cronwarden.times import format_duration
 
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -63,7 +64,7 @@ _MINIMUMS: dict[str, tuple[timedelta, str]] = {
 }
 # The spec fields added after the first release: left out of the digest while unset, so adding
 # them to the model did not change the digest (and re-apply) of every existing schedule.
-SPEC_EXTRAS = ("start_at", "end_at", "exclude", "jitter")
+SPEC_EXTRAS = ("start_at", "end_at", "exclude", "jitter", "timezone", "dst_gap", "dst_repeat")
 
 
 class ScheduleDefinition(BaseModel):
@@ -76,8 +77,9 @@ class ScheduleDefinition(BaseModel):
     job: str
     """Name of the registered job the schedule runs."""
     cron: str | list[str] | None = None
-    """When to fire, in UTC: a cron expression of 5 fields, 6 (the 6th is the year) or 7
-    (seconds first, year last), or a list of them (the schedule fires at each one's times)."""
+    """When to fire, in UTC or the `timezone`'s wall time: a cron expression of 5 fields, 6 (the
+    6th is the year) or 7 (seconds first, year last), or a list of them (the schedule fires at
+    each one's times)."""
     every: timedelta | None = None
     """When to fire, as a fixed interval from the epoch (e.g. 15m); set this or `cron`."""
     overlap: Overlap = Overlap.skip
@@ -108,6 +110,15 @@ class ScheduleDefinition(BaseModel):
     """Dates (2026-12-25) or calendar entries ({day_of_week: sat,sun}) on which nothing fires."""
     jitter: timedelta | None = None
     """Each fire starts up to this much after its nominal time; the logical key stays nominal."""
+    timezone: str | None = None
+    """IANA zone (Europe/Berlin) whose wall clock `cron` and `exclude` name; UTC when unset.
+    Logical keys stay UTC instants; daylight saving follows the rule in docs/time-zones.md."""
+    dst_gap: Literal["shift", "skip"] | None = None
+    """A wall time the clocks jump over: `shift` (default) fires it at the end of the gap,
+    `skip` does not fire it."""
+    dst_repeat: Literal["once", "each"] | None = None
+    """A wall time that happens twice: `once` fires the first, `each` both; unset, fixed hours
+    fire once and an hour field of `*` or a step fires each."""
 
     @field_validator("id", mode="after")
     @classmethod
@@ -136,6 +147,20 @@ class ScheduleDefinition(BaseModel):
         if repeated:
             raise ValueError(f"the cron list repeats {', '.join(repr(e) for e in repeated)}")
         return checked
+
+    @field_validator("timezone", mode="before")
+    @classmethod
+    def _check_timezone(cls, value: object) -> object:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise ValueError(
+                f"expected an IANA time zone name such as Europe/Berlin, got {value!r}"
+            )
+        name = check_zone_name(value)
+        # A UTC name is no zone at all: nothing to compile, and the digest stays that of a plain
+        # UTC schedule, so writing `timezone: UTC` changes nothing.
+        return None if name in UTC_NAMES else name
 
     @field_validator("start_at", "end_at", mode="before")
     @classmethod
@@ -208,6 +233,23 @@ class ScheduleDefinition(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _check_daylight_saving_fields(self) -> ScheduleDefinition:
+        for name in ("dst_gap", "dst_repeat"):
+            if getattr(self, name) is None:
+                continue
+            if self.timezone is None:
+                raise ValueError(
+                    f"`{name}` applies only to a schedule with a `timezone`: a UTC schedule has "
+                    "no daylight saving; remove it or set `timezone`"
+                )
+            if self.cron is None:
+                raise ValueError(
+                    f"`{name}` applies to cron wall times; an `every` interval counts real "
+                    "time and never meets daylight saving; remove it"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _check_allow_all_has_no_shared_lock(self) -> ScheduleDefinition:
         # allow_all takes one lease per logical key, so its runs never hold a shared lock:
         # accepting `lock` would let them run while another schedule holds it.
@@ -258,6 +300,19 @@ class ScheduleDefinition(BaseModel):
         if self.cron is None:
             return []
         return [self.cron] if isinstance(self.cron, str) else list(self.cron)
+
+    @property
+    def local_spec(self) -> LocalSpec | None:
+        """The wall-time intent of a zoned schedule (None: UTC)."""
+        if self.timezone is None:
+            return None
+        return LocalSpec(
+            zone=self.timezone,
+            crons=tuple(self.crons),
+            exclude=self.exclude,
+            dst_gap=self.dst_gap or DstGap.SHIFT,
+            dst_repeat=self.dst_repeat,
+        )
 
     @property
     def lock_name(self) -> str:
@@ -428,6 +483,15 @@ def parse_schedule_text(
     document = _load_yaml(text, source)
 
     entries, problems = _entries(document)
+    default_zone, zone_problem = _file_timezone(document)
+    if zone_problem is not None:
+        problems.append(zone_problem)
+    elif default_zone is not None:
+        # An entry's own `timezone` (UTC included) wins over the file's.
+        entries = [
+            {**e, "timezone": default_zone} if isinstance(e, dict) and "timezone" not in e else e
+            for e in entries
+        ]
     definitions: list[ScheduleDefinition] = []
     for number, entry in enumerate(entries, start=1):
         definition, entry_problems = _check_entry(number, entry, registry, now=now)
@@ -441,6 +505,19 @@ def parse_schedule_text(
     if problems:
         raise ScheduleFileError(source, problems)
     return definitions
+
+
+def _file_timezone(document: object) -> tuple[str | None, str | None]:
+    """The file's default `timezone:` for entries that name none, or the problem with it."""
+    if not isinstance(document, dict) or document.get("timezone") is None:
+        return None, None
+    value = document["timezone"]
+    if not isinstance(value, str):
+        return None, f"top-level 'timezone': expected an IANA time zone name, got {value!r}"
+    try:
+        return check_zone_name(value), None
+    except ValueError as exc:
+        return None, f"top-level 'timezone': {exc}"
 
 
 def _load_yaml(text: str, source: str) -> object:
@@ -476,6 +553,9 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"invalid YAML: {problem}"
 
 
+_TOP_LEVEL_KEYS = ("schedules", "timezone")
+
+
 def _entries(document: object) -> tuple[list[object], list[str]]:
     # An empty file and a bare `schedules:` are refused rather than read as "no schedules": with
     # `apply --prune`, a file truncated by accident would otherwise delete every schedule.
@@ -485,9 +565,9 @@ def _entries(document: object) -> tuple[list[object], list[str]]:
     if not isinstance(document, dict):
         return [], [f"the top level is a {_kind(document)}; it must be {shape}"]
     problems = [
-        f"unknown top-level key {key!r}{_suggest(str(key), ['schedules'])}"
+        f"unknown top-level key {key!r}{_suggest(str(key), list(_TOP_LEVEL_KEYS))}"
         for key in document
-        if key != "schedules"
+        if key not in _TOP_LEVEL_KEYS
     ]
     if "schedules" not in document:
         return [], [*problems, f"the `schedules` key is missing; the file must be {shape}"]

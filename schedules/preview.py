@@ -43,6 +43,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from cronwarden.logs import get_logger
 from cronwarden.schedules.mapping import to_temporal
 from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.schedules.zones import compile_window_around
 from cronwarden.times import utc_text
 from cronwarden.workflows.scheduled_run import WORKFLOW_NAME
 
@@ -63,14 +64,24 @@ log = get_logger("cronwarden.schedules")
 
 @asynccontextmanager
 async def scratch_schedule(
-    client: Client, defn: ScheduleDefinition, *, task_queue: str
+    client: Client,
+    defn: ScheduleDefinition,
+    *,
+    task_queue: str,
+    window: tuple[datetime, datetime] | None = None,
 ) -> AsyncIterator[str]:
     """A paused copy of `defn` under an id of its own, deleted on leaving; yields its id.
 
     The copy has no jitter: Temporal's matching times (and next action times) are the jittered
     ones, seeded per schedule, while logical keys name the nominal slot. Without jitter the copy
-    answers exactly the slots the keys are built from."""
-    async with _scratch(client, to_temporal(defn, task_queue=task_queue)) as scratch_id:
+    answers exactly the slots the keys are built from.
+
+    A zoned definition is compiled for `window` (its UTC entries cover whole years around it);
+    by default for the years `apply` compiles now."""
+    if window is not None:
+        window = compile_window_around(*window)
+    schedule = to_temporal(defn, task_queue=task_queue, window=window)
+    async with _scratch(client, schedule) as scratch_id:
         yield scratch_id
 
 

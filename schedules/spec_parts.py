@@ -32,7 +32,7 @@ class SkipCalendar(BaseModel):
     minute: str = "*"
     """Minutes (0-59) to skip."""
     hour: str = "*"
-    """Hours (0-23, UTC) to skip."""
+    """Hours (0-23, in the schedule's time zone) to skip."""
     day_of_month: str = "*"
     """Days of the month (1-31) to skip."""
     month: str = "*"

@@ -36,6 +36,9 @@ class ScheduledRunInput:
     """Set by `backfill run`: this run re-applies a past fire, it is not the schedule's live fire.
     A live fire has priority over replays for the lease, and a replay's commit never moves the
     live grid's heartbeat."""
+    zone: dict[str, Any] | None = None
+    """A zoned schedule's `timezone`, `crons` and `dst_repeat` (None: UTC): the guard refuses
+    the second reading of a repeated wall time the rule fires once."""
     lock_wait_seconds: float | None = None
     """Set by `backfill run`: how long a replay may wait for the lease. Live fires wait at most
     their timeout."""

@@ -110,6 +110,7 @@ class ScheduledRunWorkflow:
             wait_for_any=inp.replay or inp.overlap == "buffer_one",
             per_key_lease=inp.overlap == "allow_all",
             timeout_seconds=inp.timeout_seconds,
+            zone=inp.zone,
         )
         waiting = (
             timedelta(seconds=inp.lock_wait_seconds)

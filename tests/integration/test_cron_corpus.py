@@ -23,7 +23,7 @@ from cronwarden.schedules.firing import check_cron
 pytestmark = pytest.mark.integration
 
 # The reasons we may refuse an expression Temporal would take, each explained to the user.
-LINT_RULES = {"utc-only", "no-comment", "nth-weekday", "use-every", "uneven-step", "never-fires"}
+LINT_RULES = {"tz-prefix", "no-comment", "nth-weekday", "use-every", "uneven-step", "never-fires"}
 
 CORPUS = [
     # Temporal's documentation and SDK samples.

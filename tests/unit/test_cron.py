@@ -58,10 +58,10 @@ def test_it_points_every_intervals_to_the_every_field() -> None:
 
 
 @pytest.mark.parametrize("expr", ["TZ=Europe/Paris 0 2 * * *", "CRON_TZ=UTC 0 2 * * *"])
-def test_it_refuses_a_time_zone_prefix_because_schedules_are_utc_only(expr: str) -> None:
+def test_it_refuses_a_time_zone_prefix_and_points_to_the_timezone_field(expr: str) -> None:
     message = refusal(expr)
     assert "TZ= and CRON_TZ= prefixes are refused" in message
-    assert "UTC only" in message
+    assert "`timezone:`" in message
 
 
 def test_it_refuses_a_comment() -> None:
@@ -131,7 +131,7 @@ def test_it_checks_the_seconds_field_like_the_minutes() -> None:
 @pytest.mark.parametrize(
     ("expr", "rule"),
     [
-        ("TZ=UTC 0 2 * * *", "utc-only"),
+        ("TZ=UTC 0 2 * * *", "tz-prefix"),
         ("0 2 * * * # nightly", "no-comment"),
         ("0 9 * * mon#2", "nth-weekday"),
         ("@every 5m", "use-every"),
