@@ -18,6 +18,14 @@ from cronwarden.backfill.causes import causes_lines
 from cronwarden.backfill.explain import recent_causes
 from cronwarden.errors import CronwardenError
 from cronwarden.schedules.inventory import ListedView, ScheduleView, get_view, listed_views
+from cronwarden.schedules.local_times import (
+    causes_for_text,
+    causes_with_local,
+    local_fields,
+    local_or_none,
+    zone_fields,
+    zone_of_definition,
+)
 from cronwarden.schedules.status import lease_skip_json, replay_error_json
 from cronwarden.store import definitions, heartbeats, outbox
 from cronwarden.times import utc_text_or_none
@@ -32,6 +40,7 @@ async def listed(client: Client, pool: asyncpg.Pool) -> list[ScheduleView | List
 
 
 def view_json(v: ScheduleView | ListedView) -> dict[str, Any]:
+    next_fire = v.next_fire_times[0] if v.next_fire_times else None
     return {
         "schedule_id": v.schedule_id,
         "managed": v.managed,
@@ -40,7 +49,9 @@ def view_json(v: ScheduleView | ListedView) -> dict[str, Any]:
         "overlap": v.overlap,
         "paused": v.paused,
         "note": v.note,
-        "next_fire": utc_text_or_none(v.next_fire_times[0]) if v.next_fire_times else None,
+        "next_fire": utc_text_or_none(next_fire),
+        # A zoned schedule's zone and its next fire on that wall clock; nothing for UTC.
+        **zone_fields(zone_of_definition(v.definition), next_fire=next_fire),
     }
 
 
@@ -77,6 +88,7 @@ async def described(client: Client, pool: asyncpg.Pool, schedule_id: str) -> dic
 
 
 async def describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> dict[str, Any]:
+    zone = zone_of_definition(v.definition)
     keys = {r.workflow_id: logical_key(v.schedule_id, r.scheduled_at) for r in v.recent_runs}
     async with pool.acquire() as conn:
         committed = await outbox.committed_keys(conn, list(keys.values())) if v.managed else None
@@ -89,6 +101,7 @@ async def describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> 
                 "logical_key": keys[r.workflow_id],
                 "scheduled_at": utc_text_or_none(r.scheduled_at),
                 "started_at": utc_text_or_none(r.started_at),
+                **local_fields(zone, scheduled_at=r.scheduled_at, started_at=r.started_at),
                 "workflow_id": r.workflow_id,
                 "status": status,
                 "outcome": outcome,
@@ -101,6 +114,11 @@ async def describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> 
         "pause_on_failure": v.pause_on_failure,
         "orphaned": v.orphaned,
         "next_fire_times": [utc_text_or_none(t) for t in v.next_fire_times[:5]],
+        **(
+            {"next_fire_times_local": [local_or_none(t, zone) for t in v.next_fire_times[:5]]}
+            if zone is not None
+            else {}
+        ),
         "recent_runs": runs,
         "running": v.running,
         "skipped_overlap": v.skipped_overlap,
@@ -116,6 +134,12 @@ async def describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> 
             # A failed replay's error, never the live `last_error` below.
             "last_replay_error": replay_error_json(beat),
             "next_expected_at": utc_text_or_none(beat["next_expected_at"]),
+            **local_fields(
+                zone,
+                last_success_at=beat["last_success_at"],
+                last_replay_at=beat.get("last_replay_at"),
+                next_expected_at=beat["next_expected_at"],
+            ),
             "grace_seconds": int(beat["grace"].total_seconds()),
             "paused": beat["paused"],
             "paused_reason": beat["paused_reason"],
@@ -125,8 +149,16 @@ async def describe_json(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> 
         },
         "definition": v.definition,
         # Why the last day's slots without a commit have none, and what closes each gap.
-        "slot_causes": await _slot_causes(client, pool, v) if v.managed else None,
+        "slot_causes": _with_local_causes(
+            v.schedule_id, await _slot_causes(client, pool, v) if v.managed else None, zone
+        ),
     }
+
+
+def _with_local_causes(schedule_id: str, found: Any, zone: str | None) -> Any:
+    if zone is None or not isinstance(found, dict):
+        return found
+    return {**found, "causes": causes_with_local(schedule_id, found.get("causes"), zone)}
 
 
 async def _slot_causes(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> Any:
@@ -138,12 +170,15 @@ async def _slot_causes(client: Client, pool: asyncpg.Pool, v: ScheduleView) -> A
         return None
 
 
-def slot_causes_lines(found: dict[str, Any] | None) -> list[str]:
-    """`describe`'s lines for the last day's slots without a commit (`slot_causes`)."""
+def slot_causes_lines(
+    found: dict[str, Any] | None, *, schedule_id: str = "", zone: str | None = None
+) -> list[str]:
+    """`describe`'s lines for the last day's slots without a commit (`slot_causes`); a zoned
+    schedule's first and last keys with their local time."""
     if found is None:
         return []
     window = found["window"]
     head = f"missing      {found['missing']} since {window['start']}"
     if found["paused_fires"]:
         head += f", {found['paused_fires']} held by a pause"
-    return [head, *causes_lines(found["causes"])]
+    return [head, *causes_lines(causes_for_text(schedule_id, found["causes"], zone))]

@@ -379,6 +379,10 @@ def definition_spec_text(definition: dict[str, Any]) -> str:
         parts.append("except " + ", ".join(_skip_text(s) for s in skips))
     if definition.get("jitter"):
         parts.append(f"jitter {_json_duration(definition['jitter'])}")
+    if isinstance(definition.get("timezone"), str):
+        # Only a zoned definition has it: the cron's wall times are that zone's.
+        parts.append(f"timezone {definition['timezone']}")
+        parts += [f"{k} {definition[k]}" for k in ("dst_gap", "dst_repeat") if definition.get(k)]
     return "; ".join(parts) or "no spec"
 
 

@@ -36,6 +36,16 @@ from cronwarden.schedules.inventory import (
     listed_views,
 )
 from cronwarden.schedules.inventory import view as view_of
+from cronwarden.schedules.local_times import (
+    causes_with_local,
+    horizon_warning,
+    key_local,
+    local_fields,
+    local_or_none,
+    zone_fields,
+    zone_of_definition,
+)
+from cronwarden.schedules.zones import ZONE_DB_VERSION
 from cronwarden.store import definitions as definition_store
 from cronwarden.store import heartbeats as heartbeat_store
 from cronwarden.store import incidents as incident_store
@@ -90,6 +100,11 @@ class StatusRow:
     causes: list[dict[str, Any]] | None = None
     """Why they are missing and what closes the gap (`backfill/causes.py`), for the first
     `EXPLAINED_ROWS` rows with missing slots; None: not read."""
+    timezone: str | None = None
+    """The zone whose wall clock the schedule's cron names (None: UTC): its times are shown
+    in local time too."""
+    horizon_warning: str | None = None
+    """A zoned schedule whose compiled entries end soon: re-apply to compile further."""
 
     @property
     def last_success_age(self) -> timedelta | None:
@@ -97,7 +112,8 @@ class StatusRow:
 
     def as_json(self) -> dict[str, Any]:
         age = self.last_success_age
-        return {
+        zone = self.timezone
+        data = {
             "schedule_id": self.schedule_id,
             "managed": self.managed,
             "in_temporal": self.in_temporal,
@@ -112,8 +128,10 @@ class StatusRow:
                 "logical_key": self.last_success_key,
                 "at": utc_text_or_none(self.last_success_at),
                 "age_seconds": int(age.total_seconds()) if age is not None else None,
+                **local_fields(zone, at=self.last_success_at),
             },
             "next_expected_at": utc_text_or_none(self.next_expected_at),
+            **zone_fields(zone, next_expected_at=self.next_expected_at),
             "health": self.health,
             "last_error": self.last_error,
             "skipped_overlap": self.skipped_overlap,
@@ -124,10 +142,24 @@ class StatusRow:
             "last_replay": {
                 "logical_key": self.last_replay_key,
                 "at": utc_text_or_none(self.last_replay_at),
+                **local_fields(zone, at=self.last_replay_at),
             },
             "last_replay_error": self.last_replay_error,
-            "missing": {"count": len(self.missing), "keys": self.missing, "causes": self.causes},
+            "missing": {
+                "count": len(self.missing),
+                "keys": self.missing,
+                **(
+                    {"keys_local": [key_local(self.schedule_id, k, zone) for k in self.missing]}
+                    if zone is not None
+                    else {}
+                ),
+                "causes": causes_with_local(self.schedule_id, self.causes, zone),
+            },
         }
+        if zone is not None:
+            # Only a zoned row has it: a UTC row keeps the shape its consumers know.
+            data["horizon_warning"] = self.horizon_warning
+        return data
 
 
 def incident_json(incident: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -245,13 +277,21 @@ class StatusReport:
     """The open incident that is about no schedule (the database check), if any."""
     dead_letters: list[dict[str, Any]]
 
+    @property
+    def zone_db(self) -> str | None:
+        """The zone database's version, when any schedule shown is zoned."""
+        return ZONE_DB_VERSION if any(r.timezone for r in self.rows) else None
+
     def as_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "generated_at": utc_text_or_none(self.generated_at),
             "system_incident": incident_json(self.system_incident),
             "schedules": [r.as_json() for r in self.rows],
             "dead_letters": [dead_letter_json(d) for d in self.dead_letters],
         }
+        if self.zone_db is not None:
+            data["zone_db"] = self.zone_db
+        return data
 
 
 async def status_report(client: Client, pool: asyncpg.Pool, *, now: datetime) -> StatusReport:
@@ -335,6 +375,8 @@ def _row(view: AnyView, beat: dict[str, Any] | None, *, now: datetime) -> Status
         now=now,
         lease_skips=beat.get("lease_skips", 0) if beat else 0,
         last_lease_skip=lease_skip_json(beat),
+        timezone=zone_of_definition(view.definition),
+        horizon_warning=horizon_warning(view.definition, now=now),
     )
 
 
@@ -455,7 +497,28 @@ def success_text(row: StatusRow) -> str:
     age = row.last_success_age
     if age is None:
         return "never"
-    return f"{row.last_success_key or '?'} ({format_age(age)} ago)"
+    local = key_local(row.schedule_id, row.last_success_key, row.timezone)
+    when = f"{local}, " if local else ""
+    return f"{row.last_success_key or '?'} ({when}{format_age(age)} ago)"
+
+
+def expected_text(row: StatusRow, zone: tzinfo) -> str:
+    """The next expected fire in the display zone, and on a zoned schedule's own wall clock."""
+    shown = display_time(row.next_expected_at, zone)
+    local = local_or_none(row.next_expected_at, row.timezone)
+    return f"{shown} ({local})" if local else shown
+
+
+def zone_lines(report: StatusReport) -> list[str]:
+    """Under the table when any schedule is zoned: the zone database compiled from, and each
+    zoned schedule whose compiled horizon nears."""
+    if report.zone_db is None:
+        return []
+    lines = [f"zone database: tzdata {report.zone_db} (local times of zoned schedules)"]
+    lines += [
+        f"warning: {r.schedule_id}: {r.horizon_warning}" for r in report.rows if r.horizon_warning
+    ]
+    return lines
 
 
 EXPLAINED_ROWS = 10

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from cronwarden.cli.support import emit_json, load_settings, out, print_wide, run_command
 from cronwarden.errors import InvalidInput
-from cronwarden.times import utc_text, utc_text_or_none
+from cronwarden.times import utc_text_or_none
 
 if TYPE_CHECKING:
     import asyncpg
@@ -138,12 +138,24 @@ def schedules_apply(
         finally:
             if pool is not None:
                 await pool.close()
-        _print_changes(changes, dry_run=dry_run, as_json=as_json)
+        zones = {d.id: d.timezone for d in definitions if d.timezone is not None}
+        _print_changes(changes, dry_run=dry_run, as_json=as_json, zones=zones)
 
     run_command(go)
 
 
-def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> None:
+def _print_changes(
+    changes: list[Change],
+    *,
+    dry_run: bool,
+    as_json: bool,
+    zones: dict[str, str] | None = None,
+) -> None:
+    """`zones`: the zone of each zoned schedule of the file, whose fire times are shown on its
+    wall clock too."""
+    from cronwarden.schedules.local_times import local_or_none, with_local, zone_fields
+
+    zones = zones or {}
     if as_json:
         emit_json(
             {
@@ -157,6 +169,16 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
                         "next_fires": [utc_text_or_none(t) for t in c.next_fires],
                         # Why a schedule whose end_at has passed fires no more, else null.
                         "finished": c.finished,
+                        **zone_fields(zones.get(c.schedule_id), next_fire=c.next_fire),
+                        **(
+                            {
+                                "next_fires_local": [
+                                    local_or_none(t, zones[c.schedule_id]) for t in c.next_fires
+                                ]
+                            }
+                            if c.schedule_id in zones
+                            else {}
+                        ),
                     }
                     for c in changes
                 ],
@@ -165,14 +187,15 @@ def _print_changes(changes: list[Change], *, dry_run: bool, as_json: bool) -> No
         return
     prefix = "would be " if dry_run else ""
     for c in changes:
+        zone = zones.get(c.schedule_id)
         if c.action == "finished":
             # Not created, dry run or not: a note, not a change.
             out.print(escape(f"{c.schedule_id}: finished, not created ({c.finished})"))
             continue
         detail = f" ({', '.join(c.changed_fields)})" if c.changed_fields else ""
-        nxt = f", next fire {utc_text_or_none(c.next_fire)}" if c.next_fire else ""
+        nxt = f", next fire {with_local(c.next_fire, zone)}" if c.next_fire else ""
         if c.next_fires:
-            nxt = ", next fires " + ", ".join(utc_text(t) for t in c.next_fires)
+            nxt = ", next fires " + ", ".join(with_local(t, zone) for t in c.next_fires)
         elif dry_run and c.action in ("created", "updated"):
             nxt = ", no fire ahead"
         note = f"; finished: {c.finished}" if c.finished else ""
@@ -187,6 +210,7 @@ def schedules_list(as_json: JsonOption = False) -> None:
 
     async def go() -> None:
         from cronwarden.schedules.describe import listed, view_json
+        from cronwarden.schedules.local_times import with_local, zone_of_definition
 
         async with _temporal_and_db() as (client, pool):
             views = await listed(client, pool)
@@ -204,7 +228,11 @@ def schedules_list(as_json: JsonOption = False) -> None:
                 escape(v.spec),
                 v.overlap or "-",
                 escape(f"yes: {v.note}" if v.paused and v.note else "yes" if v.paused else "no"),
-                utc_text_or_none(v.next_fire_times[0]) if v.next_fire_times else "-",
+                # A zoned schedule's next fire on its own wall clock too.
+                with_local(
+                    v.next_fire_times[0] if v.next_fire_times else None,
+                    zone_of_definition(v.definition),
+                ),
             )
         print_wide(table)
 
@@ -224,11 +252,12 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
         if as_json:
             emit_json(data)
             return
+        zone = data.get("timezone")
         lines = [
             f"schedule     {data['schedule_id']}"
             + ("" if data["managed"] else " (unmanaged: not created by cronwarden)"),
             f"job          {data['job'] or '-'}",
-            f"spec         {data['spec']} (UTC)",
+            f"spec         {data['spec']}" + ("" if zone else " (UTC)"),
             f"policies     overlap {data['overlap']}, catchup window "
             f"{data['catchup_window'] or '-'}, pause on failure "
             f"{'yes' if data['pause_on_failure'] else 'no'}",
@@ -236,20 +265,23 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             + (f" ({data['note']})" if data["paused"] and data["note"] else ""),
             f"counters     skipped (overlap) {data['skipped_overlap']}, "
             f"missed (catchup window) {data['missed_catchup']}",
-            "next fires   " + (", ".join(data["next_fire_times"]) or "none"),
+            "next fires   " + (", ".join(_with_locals(data, "next_fire_times")) or "none"),
         ]
         beat = data["heartbeat"]
         if beat is not None:
             lines.append(
-                f"heartbeat    last success {beat['last_logical_key'] or 'never'}, next expected "
-                f"{beat['next_expected_at'] or '-'}, last error {beat['last_error'] or '-'}"
+                f"heartbeat    last success {beat['last_logical_key'] or 'never'}"
+                + _local_note(beat, "last_success_at")
+                + f", next expected {beat['next_expected_at'] or '-'}"
+                + _local_note(beat, "next_expected_at")
+                + f", last error {beat['last_error'] or '-'}"
             )
             lines.append(
                 "             " + lease_skip_text(beat["skipped_lease"], beat["last_lease_skip"])
             )
         lines.append("recent runs" + ("" if data["recent_runs"] else "  none"))
         lines += [
-            f"  {r['logical_key']}  {r['status']}"
+            f"  {r['logical_key']}{_local_note(r, 'scheduled_at')}  {r['status']}"
             + (f" ({r['outcome']})" if r["outcome"] else "")
             + {True: ", committed", False: ", not committed", None: ""}[r["committed"]]
             for r in data["recent_runs"]
@@ -263,10 +295,22 @@ def schedules_describe(schedule_id: IdArgument, as_json: JsonOption = False) -> 
             lines.append(
                 f"replay error {failed['logical_key']} at {failed['at']}: {failed['error']}"
             )
-        lines += slot_causes_lines(data["slot_causes"])
+        lines += slot_causes_lines(data["slot_causes"], schedule_id=schedule_id, zone=zone)
         out.print(escape("\n".join(lines)))
 
     run_command(go)
+
+
+def _local_note(data: dict[str, Any], name: str) -> str:
+    """` (local reading)` of a zoned schedule's `{name}_local` field; nothing for UTC."""
+    local = data.get(f"{name}_local")
+    return f" ({local})" if local else ""
+
+
+def _with_locals(data: dict[str, Any], name: str) -> list[str]:
+    """The UTC texts of a list field, each with its `{name}_local` reading when zoned."""
+    locals_ = data.get(f"{name}_local") or [None] * len(data[name])
+    return [f"{t} ({lt})" if lt else str(t) for t, lt in zip(data[name], locals_, strict=True)]
 
 
 @schedules_app.command("pause")
@@ -372,6 +416,66 @@ def schedules_delete(
     run_command(go)
 
 
+@schedules_app.command("preview")
+def schedules_preview(
+    file: Annotated[Path, typer.Argument(help="Schedule file (YAML).")],
+    start: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="Window start (included): ISO 8601 with a zone or Z, `now` or `-2h`.",
+            show_default=False,
+        ),
+    ],
+    end: Annotated[
+        str,
+        typer.Option("--to", help="Window end (excluded), after --from.", show_default=False),
+    ],
+    schedule_id: Annotated[
+        str | None, typer.Option("--id", help="Only this schedule of FILE.", show_default=False)
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every slot each schedule of FILE fires in [--from, --to), as Temporal will fire it.
+
+    Each slot with its UTC time, its local time (zoned schedules), its logical key and what the
+    daylight-saving rule did there. Writes only a paused scratch copy per schedule, deleted
+    again. Exit 1 if Temporal's slots and the rule's ever differ (a bug, named).
+    """
+
+    async def go() -> None:
+        from cronwarden import temporal
+        from cronwarden.activities.jobs import import_job_modules
+        from cronwarden.schedules.model import load_schedule_file
+        from cronwarden.schedules.slot_preview import (
+            preview,
+            preview_json,
+            preview_lines,
+            preview_window,
+            select,
+        )
+
+        settings = load_settings()
+        first, last = preview_window(start, end, now=datetime.now(UTC))
+        if not settings.job_modules():
+            raise InvalidInput(
+                "CRONWARDEN_JOBS is not set: preview reads the file as apply does, which needs "
+                "the job modules to check each schedule's job and args"
+            )
+        registry = import_job_modules(settings.job_modules())
+        definitions = select(load_schedule_file(file, registry), schedule_id)
+        client = await temporal.connect(settings)
+        previews = await preview(
+            client, definitions, task_queue=settings.task_queue, start=first, end=last
+        )
+        if as_json:
+            emit_json(preview_json(previews))
+            return
+        out.write_text("".join(f"{line}\n" for line in preview_lines(previews, first, last)))
+
+    run_command(go)
+
+
 def _usage(message: str) -> typer.Exit:
     from cronwarden.cli.support import fail
     from cronwarden.errors import EXIT_INVALID
@@ -400,7 +504,7 @@ def status_command(
     """One table of every schedule: pause, last success, next expected fire and health."""
 
     async def go() -> None:
-        from cronwarden.schedules.status import status_report
+        from cronwarden.schedules.status import status_report, zone_lines
 
         zone = _zone(tz)
         async with _temporal_and_db() as (client, pool):
@@ -414,6 +518,7 @@ def status_command(
             now=report.generated_at,
             system_incident=report.system_incident,
             dead=report.dead_letters,
+            zone_notes=zone_lines(report),
         )
 
     run_command(go)
@@ -426,10 +531,12 @@ def _print_status(
     now: datetime,
     system_incident: dict[str, Any] | None = None,
     dead: list[dict[str, Any]] | None = None,
+    zone_notes: list[str] | None = None,
 ) -> None:
     from cronwarden.schedules.status import (
         dead_letter_text,
         display_time,
+        expected_text,
         incident_text,
         pause_text,
         success_text,
@@ -459,7 +566,7 @@ def _print_status(
             r.overlap or "-",
             escape(pause_text(r)),
             escape(success_text(r)),
-            display_time(r.next_expected_at, zone),
+            escape(expected_text(r, zone)),
             f"[{style}]{r.health}[/]" if style else r.health,
             escape(incident_text(r)),
             escape(_clip(r.last_error or "-", 50)),
@@ -472,6 +579,9 @@ def _print_status(
             f"{escape(system_incident['summary'])}"
         )
     print_wide(table)
+    for line in zone_notes or []:
+        # The zone database the local times come from, and horizons to re-apply before.
+        out.print(escape(line))
     _print_missing(rows)
     replay_failures = [r for r in rows if r.last_replay_error]
     if replay_failures:
@@ -494,14 +604,16 @@ def _print_status(
 def _print_missing(rows: list[StatusRow]) -> None:
     """Recent slots that never committed, with why and the command that closes each gap."""
     from cronwarden.backfill.causes import causes_lines
+    from cronwarden.schedules.local_times import causes_for_text, key_with_local
 
     missing = [r for r in rows if r.missing]
     if not missing:
         return
     out.print("missing slots (Temporal started them, nothing committed):")
     for r in missing:
-        out.print(escape(f"  {r.schedule_id}: {len(r.missing)}, last {r.missing[-1]}"))
-        for line in causes_lines(r.causes or []):
+        last = key_with_local(r.schedule_id, r.missing[-1], r.timezone)
+        out.print(escape(f"  {r.schedule_id}: {len(r.missing)}, last {last}"))
+        for line in causes_lines(causes_for_text(r.schedule_id, r.causes, r.timezone)):
             out.print(escape(f"  {line}"))
 
 
