@@ -77,6 +77,8 @@ class Context:
     client: Client
     pool: asyncpg.Pool
     schedule: ManagedSchedule | GoneSchedule
+    zone: str | None = None
+    """A zoned schedule's zone (None: UTC): its fire times are shown in local time too."""
 
     async def cap(self) -> DueCap:
         """The last fire time due, by Temporal's clock and the schedule's progress as described
@@ -133,9 +135,23 @@ async def _connected(schedule_id: str) -> AsyncIterator[Context]:
             raise
         schedule = gone
     try:
-        yield Context(client, pool, schedule)
+        yield Context(client, pool, schedule, await _zone_of(pool, schedule))
     finally:
         await pool.close()
+
+
+async def _zone_of(pool: asyncpg.Pool, schedule: ManagedSchedule | GoneSchedule) -> str | None:
+    """The zone of the definition Temporal holds, or of a deleted schedule's last one."""
+    from cronwarden.backfill.plan import ManagedSchedule
+    from cronwarden.schedules.local_times import zone_of_definition
+    from cronwarden.store import definitions
+
+    if isinstance(schedule, ManagedSchedule):
+        return zone_of_definition(schedule.run_input.zone)
+    async with pool.acquire() as conn:
+        rows = await definitions.history(conn, schedule.schedule_id)
+    lived = [definition for _, _, definition, deleted in rows if not deleted]
+    return zone_of_definition(lived[-1]) if lived else None
 
 
 def _window(start: str, end: str) -> Window:
@@ -166,10 +182,22 @@ def _horizon(requested: Window, past_horizon: bool) -> Window:
     return kept
 
 
-def plan_json(p: Plan, cap: DueCap | None = None) -> dict[str, Any]:
-    """The plan's `--json` document; its key list is an iterator, formatted as it is written."""
+def plan_json(p: Plan, cap: DueCap | None = None, zone: str | None = None) -> dict[str, Any]:
+    """The plan's `--json` document; its key list is an iterator, formatted as it is written.
+    A zoned schedule's has `timezone` and each key's local time (`missing_keys_local`)."""
+    from cronwarden.schedules.local_times import keys_local
+
     capped = {"cap": cap.as_json()} if cap is not None else {}
-    return p.counts_json() | capped | {"missing_keys": p.iter_missing_keys()}
+    zoned = (
+        {
+            "timezone": zone,
+            # Its own iterator over the same keys: a year's keys are never held twice.
+            "missing_keys_local": keys_local(p.schedule_id, p.iter_missing_keys(), zone),
+        }
+        if zone is not None
+        else {}
+    )
+    return p.counts_json() | capped | {"missing_keys": p.iter_missing_keys()} | zoned
 
 
 def _print_json(data: dict[str, Any]) -> None:
@@ -208,20 +236,43 @@ def _print_cap(requested: Window, cap: DueCap) -> None:
     out.print(f"  (capped at {utc_text(cap.end)}: {reason}; no later fire is due yet)")
 
 
-def causes_json(causes: Causes) -> dict[str, Any]:
-    """The `causes` and `temporal_counts` keys of the plan's and the audit's `--json`."""
-    return {"causes": causes.as_json(), "temporal_counts": causes.temporal}
+def causes_json(causes: Causes, zone: str | None = None) -> dict[str, Any]:
+    """The `causes` and `temporal_counts` keys of the plan's and the audit's `--json`; a zoned
+    schedule's groups with the local time of their first and last slot."""
+    from cronwarden.schedules.local_times import causes_with_local
+
+    return {
+        "causes": causes_with_local(causes.schedule_id, causes.as_json(), zone),
+        "temporal_counts": causes.temporal,
+    }
 
 
-def _print_causes(causes: Causes | None) -> None:
+def _print_causes(causes: Causes | None, zone: str | None = None) -> None:
+    from cronwarden.backfill.causes import causes_lines
+    from cronwarden.schedules.local_times import causes_for_text
+
     if causes is not None and causes.groups:
         out.print("why, and what closes the gap:")
-        _print_lines(causes.lines())
+        if zone is None:
+            _print_lines(causes.lines())
+            return
+        groups = causes_for_text(causes.schedule_id, causes.as_json(), zone)
+        _print_lines(
+            causes_lines(groups) + [f"  {t['note']}" for t in causes.temporal if t.get("note")]
+        )
 
 
 def _print_plan(
-    p: Plan, requested: Window, cap: DueCap, *, keys: bool, causes: Causes | None = None
+    p: Plan,
+    requested: Window,
+    cap: DueCap,
+    *,
+    keys: bool,
+    causes: Causes | None = None,
+    zone: str | None = None,
 ) -> None:
+    from cronwarden.schedules.local_times import key_with_local
+
     window = p.window.as_json()
     out.print(f"{p.schedule_id}: window {window['start']} .. {window['end']}")
     if p.window.start != requested.start:
@@ -231,9 +282,11 @@ def _print_plan(
     out.print(f"expected {p.expected}, done {p.done}, missing {len(p.missing)}{paused}")
     # Parts judged without a recorded definition, fires still within their jitter.
     _print_lines(p.notes())
-    _print_causes(causes)
+    _print_causes(causes, zone)
     if keys:
-        _print_lines(f"  {key}" for key in p.iter_missing_keys())
+        _print_lines(
+            f"  {key_with_local(p.schedule_id, key, zone)}" for key in p.iter_missing_keys()
+        )
 
 
 @backfill_app.command("plan")
@@ -260,9 +313,9 @@ def backfill_plan(
             )
             causes = await explain_plan(ctx.client, ctx.pool, ctx.schedule, p, now=cap.now)
         if as_json:
-            _print_json(plan_json(p, cap) | causes_json(causes))
+            _print_json(plan_json(p, cap, ctx.zone) | causes_json(causes, ctx.zone))
         else:
-            _print_plan(p, requested, cap, keys=True, causes=causes)
+            _print_plan(p, requested, cap, keys=True, causes=causes, zone=ctx.zone)
 
     run_command(go)
 
@@ -580,15 +633,47 @@ def audit_command(
                 ctx.client, ctx.pool, ctx.schedule, requested.capped_to(cap), now=cap.now
             )
         if as_json:
-            _print_json(result.as_json() | {"cap": cap.as_json()})
+            _print_json(
+                result.as_json() | {"cap": cap.as_json()} | _audit_zone_json(result, ctx.zone)
+            )
             return
-        _print_audit(result, requested, cap)
+        _print_audit(result, requested, cap, ctx.zone)
 
     run_command(go)
 
 
-def _print_audit(result: Audit, requested: Window | None = None, cap: DueCap | None = None) -> None:
+def _audit_zone_json(result: Audit, zone: str | None) -> dict[str, Any]:
+    """A zoned schedule's audit keys: `timezone`, the local time of each listed key (a list
+    `{name}_local` beside each `{name}`, its own iterator), and the causes' first and last."""
     from cronwarden.activities.contract import logical_key
+    from cronwarden.schedules.local_times import causes_with_local, keys_local
+
+    if zone is None:
+        return {}
+    sid = result.schedule_id
+    # Each its own iterator over the keys (formatted as written, never held twice).
+    lists: dict[str, Iterable[str]] = {
+        "missing_keys": result.missing.keys(sid),
+        "in_flight_keys": result.in_flight.keys(sid),
+        "awaiting_jitter_keys": result.awaiting_jitter.keys(sid),
+        "paused_keys": result.paused_fires.keys(sid),
+        "skipped_lease_keys": [logical_key(sid, t) for t in result.lease_skipped],
+    }
+    return {
+        "timezone": zone,
+        **{f"{name}_local": keys_local(sid, keys, zone) for name, keys in lists.items()},
+        "causes": causes_with_local(sid, result.causes.as_json() if result.causes else [], zone),
+    }
+
+
+def _print_audit(
+    result: Audit,
+    requested: Window | None = None,
+    cap: DueCap | None = None,
+    zone: str | None = None,
+) -> None:
+    from cronwarden.activities.contract import logical_key
+    from cronwarden.schedules.local_times import key_with_local
 
     w, schedule_id = result.window.as_json(), result.schedule_id
     out.print(f"{schedule_id}: window {w['start']} .. {w['end']}")
@@ -599,7 +684,7 @@ def _print_audit(result: Audit, requested: Window | None = None, cap: DueCap | N
         f"running {len(result.in_flight)}, missing {len(result.missing)}"
     )
     _print_lines(result.notes())
-    _print_causes(result.causes)
+    _print_causes(result.causes, zone)
     if result.committed_off_spec:
         out.print(f"committed at other times (manual triggers): {result.committed_off_spec}")
     if result.gone is not None:
@@ -624,11 +709,15 @@ def _print_audit(result: Audit, requested: Window | None = None, cap: DueCap | N
             f"{result.lease_skips_total}, last {last['logical_key']} held by "
             f"{last['holder'] or 'another run'}"
         )
-    _print_lines(f"  running {key}" for key in result.in_flight.keys(schedule_id))
+    _print_lines(
+        f"  running {key_with_local(schedule_id, key, zone)}"
+        for key in result.in_flight.keys(schedule_id)
+    )
     skipped = {logical_key(schedule_id, t) for t in result.lease_skipped}
     _print_lines(
-        f"  skipped {key} (lease held by {last['holder'] if last else None})"
+        f"  skipped {key_with_local(schedule_id, key, zone)} "
+        f"(lease held by {last['holder'] if last else None})"
         if key in skipped
-        else f"  missing {key}"
+        else f"  missing {key_with_local(schedule_id, key, zone)}"
         for key in result.missing.keys(schedule_id)
     )
