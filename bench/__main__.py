@@ -39,6 +39,7 @@ MODULES = (
     "apply_scale",
     "outbox_scale",
     "fire_lag",
+    "zones",
     "scale",
 )
 RESULTS = Path(__file__).with_name("RESULTS.md")

@@ -33,7 +33,7 @@ import importlib
 import importlib.resources
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from functools import cache
 from zoneinfo import ZoneInfo
@@ -158,6 +158,10 @@ class _Days:
             and day.isoweekday() % 7 in self.days_of_week
             and (self.years is None or day.year in self.years)
         )
+
+    @property
+    def every_day(self) -> bool:
+        return self.shifts_by_weekday and self.days_of_week == _ALL_WEEKDAYS
 
     @property
     def shifts_by_weekday(self) -> bool:
@@ -523,6 +527,26 @@ def _period_entries(
     pattern: _Pattern, low: datetime, high: datetime, offset: timedelta
 ) -> list[ScheduleCalendarSpec]:
     """Entries for the pattern's wall times read at `offset`, for instants in [low, high)."""
+    if not pattern.days.every_day:
+        return _framed(pattern, low, high, offset)
+    # Every date matches, so the instants are those whose UTC time of day is a wall time less
+    # the offset: read in UTC, the hours a day carry would split into separate entries (each
+    # bounded by its own shifted dates) merge back. Temporal evaluates every entry for every
+    # fire time it lists, so half the entries is half its work.
+    merged: dict[tuple[frozenset[int], frozenset[int]], set[int]] = {}
+    for _, shifted in _shift(pattern.times, offset):
+        merged.setdefault((shifted.minutes, shifted.seconds), set()).update(shifted.hours)
+    entries = []
+    for (minutes, seconds), hours in merged.items():
+        utc_times = _Times(frozenset(hours), minutes, seconds)
+        entries.extend(_framed(replace(pattern, times=utc_times), low, high, timedelta(0)))
+    return entries
+
+
+def _framed(
+    pattern: _Pattern, low: datetime, high: datetime, offset: timedelta
+) -> list[ScheduleCalendarSpec]:
+    """`_period_entries` by wall dates: each matching wall date, moved to its UTC date."""
     wall_low = (low + offset).replace(tzinfo=None)
     wall_high = (high + offset).replace(tzinfo=None)
     first, last = wall_low.date(), (wall_high - timedelta(microseconds=1)).date()

@@ -117,6 +117,11 @@ EXPECTED = {
         "Temporal server CPU per fire / worker CPU per fire",
         f"burst floor: server + worker CPU of 3 fires / {os.cpu_count() or 1} cores",
     ],
+    "zones": [
+        "spec of */5 * * * * in Australia/Lord_Howe, 4 years compiled: entries / bytes",
+        "compile */5 * * * * in Australia/Lord_Howe for apply (median of 3)",
+        "Temporal lists 2 days of */5 * * * * fire times: compiled Australia/Lord_Howe vs UTC cron",
+    ],
 }
 
 
