@@ -9,9 +9,11 @@ versions of a message, so each sink can send the most it can take (see `monitor.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from cronwarden.schedules.local_times import local_or_none
 from cronwarden.times import utc_text_or_none
 
 TRIGGER = "trigger"
@@ -102,6 +104,24 @@ def incident_message(
         "resolution": incident.get("resolution"),
         "dedup_key": dedup_key(incident["schedule_id"]),
     }
+
+
+def with_local_time(message: Mapping[str, Any], zone: str | None) -> dict[str, Any]:
+    """A zoned schedule's page naming its expected fire on the schedule's wall clock too: the
+    summary's UTC time followed by the local one, and `timezone` and `next_expected_local` in
+    its details. A UTC schedule's page (and one without an expected fire) is left as it is."""
+    details = dict(message.get("details") or {})
+    expected = details.get("next_expected_at")
+    if zone is None or not isinstance(expected, str) or "next_expected_local" in details:
+        return dict(message)
+    try:
+        instant = datetime.fromisoformat(expected)
+    except ValueError:
+        return dict(message)
+    local = local_or_none(instant, zone)
+    summary = str(message.get("summary") or "").replace(expected, f"{expected} ({local})", 1)
+    details.update(timezone=zone, next_expected_local=local)
+    return {**message, "summary": summary, "details": details}
 
 
 def compacted(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:

@@ -22,16 +22,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import asyncpg
 from structlog.typing import FilteringBoundLogger
 
 from cronwarden.logs import get_logger
+from cronwarden.monitor.messages import with_local_time
 from cronwarden.monitor.metrics import Metrics
 from cronwarden.monitor.sinks import BodyLimit, Http, Sink, SinkError, failure, send
 from cronwarden.monitor.sinks.breaker import Breaker, State
 from cronwarden.store import notifications
+from cronwarden.store import zones as zone_store
 
 log = get_logger("cronwarden.monitor")
 
@@ -203,6 +206,7 @@ async def _deliver_sink(run: _Pass, sink: Sink, lane: Lane) -> int:
                             sink=sink.name,
                             limit=min(room, policy.batch - claimed),
                         )
+                        rows = await _with_local_times(conn, rows)
                 except Exception as exc:
                     error = exc
                     continue
@@ -234,6 +238,38 @@ async def _deliver_sink(run: _Pass, sink: Sink, lane: Lane) -> int:
     if error is not None:
         raise error
     return delivered
+
+
+async def _with_local_times(
+    conn: Any, rows: list[notifications.Claimed]
+) -> list[notifications.Claimed]:
+    """The rows whose page names an expected fire of a zoned schedule, with its local time
+    (`messages.with_local_time`); the zones from the definitions `apply` recorded (one query
+    for the batch, none when no page names an expected fire)."""
+    ids = sorted(
+        {
+            str(r.message["schedule_id"])
+            for r in rows
+            if r.message.get("schedule_id")
+            and (r.message.get("details") or {}).get("next_expected_at")
+        }
+    )
+    if not ids:
+        return rows
+    try:
+        zones = await zone_store.latest_zones(conn, ids)
+    except Exception as exc:
+        # The local time is an addition: without it the page still goes out, in UTC.
+        log.warning("notification.zone-unread", error=f"{type(exc).__name__}: {exc}")
+        return rows
+    if not zones:
+        return rows
+    return [
+        replace(r, message=with_local_time(r.message, zones.get(str(r.message["schedule_id"]))))
+        if r.message.get("schedule_id") in zones
+        else r
+        for r in rows
+    ]
 
 
 def _run_unwaited(run: _Pass, sink: Sink, lane: Lane, row: notifications.Claimed) -> None:

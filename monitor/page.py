@@ -47,6 +47,7 @@ from cronwarden.monitor.status_view import (
     read_ranking,
 )
 from cronwarden.schedules.health import format_age
+from cronwarden.schedules.local_times import local_or_none
 from cronwarden.schedules.run_ids import replay_workflow_id
 from cronwarden.store.pool import create_pool
 from cronwarden.times import duration_text, utc_text
@@ -113,6 +114,8 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["utc"] = lambda t: utc_text(t) if t is not None else "—"
+    # A zoned schedule's time on its own wall clock (empty for a UTC schedule or no time).
+    env.filters["local"] = lambda t, zone: local_or_none(t, zone) or ""
     env.filters["ago"] = lambda t, now: format_age(now - t)
     env.filters["duration"] = lambda d: duration_text(d) if isinstance(d, timedelta) else str(d)
     env.filters["clip"] = clip

@@ -30,6 +30,7 @@ from cronwarden.monitor.grids import GridCache, SlotCause
 from cronwarden.schedules.health import LATE, OK, OVERDUE, PAUSED, RUNNING, derive_health
 from cronwarden.schedules.run_ids import REPLAY_INFIX
 from cronwarden.store import heartbeats, incidents, locks, outbox
+from cronwarden.store import zones as zone_store
 
 INCIDENT = "incident"
 """Health shown for a schedule with an open incident, whatever its heartbeat says."""
@@ -77,6 +78,9 @@ class ScheduleStatus:
     causes: dict[datetime, SlotCause] = field(default_factory=dict)
     """Why its missing slots are missing, by fire time, as far as judged yet (the others
     show "cause pending")."""
+    timezone: str | None = None
+    """A zoned schedule's zone, from its latest recorded definition (None: UTC, or not read):
+    its times are shown in local time beside UTC."""
 
     def count(self, state: str) -> int:
         return sum(s.state == state for s in self.slots or [])
@@ -275,6 +279,9 @@ async def _fill_timelines(
         # More than the slots: off-grid records (manual triggers) may sit between the grid's.
         rows = await outbox.recent(conn, since, until=now, limit=4 * n)
         active = await locks.active_keys(conn, ids)
+        # From the definitions `apply` recorded, never from Temporal: a page load stays a read
+        # of Postgres.
+        zones = await zone_store.latest_zones(conn, ids)
     records: dict[str, list[timeline.Record]] = {sid: [] for sid in ids}
     for r in rows:
         workflow_id = r["workflow_id"]
@@ -293,6 +300,7 @@ async def _fill_timelines(
     for sid, fire_time in _fire_times(active):
         leased[sid].add(fire_time)
     for s in shown:
+        s.timezone = zones.get(s.schedule_id)
         grid = found[s.schedule_id]
         s.grid_known = grid.expected is not None
         s.note = grid.note
