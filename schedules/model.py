@@ -43,6 +43,9 @@ _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _LOCK_MAX = 200
 
 
+_WIDEST_WEST_OFFSET = timedelta(hours=12)
+
+
 class Overlap(StrEnum):
     """What Temporal does when a fire time comes while the previous run is still going."""
 
@@ -277,7 +280,7 @@ class ScheduleDefinition(BaseModel):
             start_at=self.start_at,
             end_at=self.end_at,
             skips=self.exclude,
-            now=now,
+            now=self._wall_now(now),
         )
         if reason is not None:
             raise ValueError(f"this schedule never fires: {reason}")
@@ -290,9 +293,21 @@ class ScheduleDefinition(BaseModel):
         A finished entry still passes validation (it could fire in its life); apply keeps it
         and reports it, and never creates it anew.
         """
+        if self.end_at is not None and self.end_at <= now:
+            return finished_note(self.end_at, now=now)
         return finished_note(
-            self.end_at, now=now, crons=self.crons, start_at=self.start_at, skips=self.exclude
+            self.end_at,
+            now=self._wall_now(now),
+            crons=self.crons,
+            start_at=self.start_at,
+            skips=self.exclude,
         )
+
+    def _wall_now(self, now: datetime) -> datetime:
+        """`now` for judging a cron's fields, which are checked in UTC: a zoned cron's wall
+        times come up to 12 hours later in UTC (UTC-12), so its last year may still fire then.
+        Erring late only keeps an ended entry live a few hours more (Temporal fires nothing)."""
+        return now - _WIDEST_WEST_OFFSET if self.timezone is not None else now
 
     @property
     def crons(self) -> list[str]:

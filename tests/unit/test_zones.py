@@ -298,3 +298,16 @@ def test_a_utc_schedule_keeps_its_digest_and_a_zoned_one_names_its_compilation()
     spec = to_spec(zoned)
     # The zone never reaches Temporal: it gets UTC entries.
     assert spec.time_zone_name is None and not spec.cron_expressions and spec.calendars
+
+
+def test_a_zoned_cron_whose_last_year_still_fires_in_its_zone_is_not_refused() -> None:
+    # 00:00 on 1 January 2027 in Honolulu (UTC-10) is 10:00Z: at 05:00Z that day it is still to
+    # come, though 00:00Z has passed.
+    entry = {"id": "a", "job": "noop", "cron": "0 0 1 1 * 2027", "timezone": "Pacific/Honolulu"}
+    now = utc("2027-01-01T05:00:00Z")
+    definition = ScheduleDefinition.model_validate(entry, context={"now": now})
+    assert definition.finished(now) is None
+    assert definition.finished(utc("2027-01-02T00:00:00Z")) is not None
+    # The same cron in UTC is over by then.
+    plain = ScheduleDefinition.model_validate({**entry, "timezone": None}, context={"now": now})
+    assert plain.finished(now) is not None
