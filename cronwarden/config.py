@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -20,6 +27,7 @@ from pydantic_settings import (
 from cronwarden import redact
 from cronwarden.errors import InvalidInput
 from cronwarden.schedules.durations import parse_duration
+from cronwarden.store.incidents import HORIZON_LEAD
 
 DEFAULT_TASK_QUEUE = "cronwarden"
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/cronwarden"
@@ -71,6 +79,13 @@ class SecretFileSource(PydanticBaseSettingsSource):
 
 # The shortest dedupe horizon allowed, here and in drop_outbox_partitions (migration 0019).
 OUTBOX_RETENTION_FLOOR = timedelta(days=7)
+
+
+# Why each of these durations is at least a day (`Settings._day_or_more`).
+_AT_LEAST_A_DAY = {
+    "monitor_retention": "a page's record would go before anyone read it",
+    "monitor_horizon_lead": "a re-apply needs time before the horizon",
+}
 
 
 class Settings(BaseSettings):
@@ -149,6 +164,10 @@ class Settings(BaseSettings):
     at most this often."""
     monitor_database_timeout_seconds: float = Field(default=30.0, gt=0)
     """A monitor pass whose database work takes longer counts as "cannot reach the database"."""
+    monitor_horizon_lead: timedelta = HORIZON_LEAD
+    """How long before a local-time schedule's compiled entries end (the last of the whole years
+    `schedules apply` compiled) the monitor pages a `horizon` incident: the time left to re-apply
+    before Temporal has no fire of it. A duration as in schedule files (`30d`), at least a day."""
     monitor_retention: timedelta = timedelta(days=90)
     """How long resolved incidents and settled (delivered or given up) notifications are kept
     before the monitor deletes them: a duration as in schedule files (`90d`, `720h`), at least
@@ -205,14 +224,14 @@ class Settings(BaseSettings):
             redact.remember(secret_values(data))
         return data
 
-    @field_validator("monitor_retention", mode="before")
+    @field_validator("monitor_retention", "monitor_horizon_lead", mode="before")
     @classmethod
-    def _retention_duration(cls, value: Any) -> Any:
+    def _day_or_more(cls, value: Any, info: ValidationInfo) -> Any:
         # The schedule file's durations (`90d`), not pydantic's ISO 8601 or bare seconds.
         if isinstance(value, str):
             value = parse_duration(value)
         if isinstance(value, timedelta) and value < timedelta(days=1):
-            raise ValueError("must be at least 1d: a page's record would go before anyone read it")
+            raise ValueError(f"must be at least 1d: {_AT_LEAST_A_DAY[str(info.field_name)]}")
         return value
 
     @field_validator("outbox_retention", mode="before")

@@ -96,6 +96,9 @@ class MonitorOptions:
     """Where pages link to (the status page); None: no link."""
     causes: CausePolicy = field(default_factory=CausePolicy)
     """How long and for how many new pages a pass asks Temporal for their likely cause."""
+    horizon_lead: timedelta = incidents.HORIZON_LEAD
+    """How long before a local-time schedule's compiled entries end its `horizon` page goes
+    out: the time left to re-apply before Temporal has no fire of it."""
 
     @property
     def send_budget(self) -> float:
@@ -132,6 +135,7 @@ def options_from_settings(settings: Settings, *, interval: float) -> MonitorOpti
         db_alert_every=settings.monitor_db_alert_every_seconds,
         database_timeout=settings.monitor_database_timeout_seconds,
         state_file=db_alert.default_state_file(settings.dsn),
+        horizon_lead=settings.monitor_horizon_lead,
     )
 
 
@@ -237,7 +241,7 @@ class Monitor:
         await self._check_pauses(pool)
         async with self._db():
             async with pool.acquire() as conn:
-                snap = await watch.snapshot(conn)
+                snap = await watch.snapshot(conn, horizon_lead=self.options.horizon_lead)
             decided = scan.plan(
                 now=snap.now,
                 overdue=snap.overdue,
@@ -248,6 +252,8 @@ class Monitor:
                 rule=self.options.rule,
                 join_window=timedelta(seconds=2 * self.options.interval),
                 system_members=snap.system_members,
+                horizons=snap.horizons,
+                horizon_lead=self.options.horizon_lead,
             )
             report.watched = len(snap.watched)
             report.overdue = sum(
@@ -411,6 +417,7 @@ class Monitor:
             summary=problem.summary,
             details=problem.details,
             parent_id=parent_id,
+            horizon_lead=self.options.horizon_lead,
         )
 
     async def _open(self, conn: Any, decided: scan.Plan) -> int:

@@ -13,7 +13,14 @@ from typing import Any
 
 from cronwarden.backfill.causes import next_command
 from cronwarden.redact import redact
-from cronwarden.store.incidents import NEVER_RAN, OVERDUE, RUNNING_TOO_LONG, SYSTEM
+from cronwarden.store.incidents import (
+    HORIZON,
+    HORIZON_LEAD,
+    NEVER_RAN,
+    OVERDUE,
+    RUNNING_TOO_LONG,
+    SYSTEM,
+)
 from cronwarden.times import duration_text, utc_text, utc_text_or_none
 
 RECOVERED = "recovered"
@@ -106,6 +113,42 @@ def heartbeat_problem(beat: Mapping[str, Any], now: datetime) -> Problem | None:
     return Problem(sid, OVERDUE, summary, details, expected_at=expected)
 
 
+def horizon_problem(
+    beat: Mapping[str, Any], now: datetime, lead: timedelta = HORIZON_LEAD
+) -> Problem | None:
+    """A local-time schedule whose compiled entries end within `lead` (or have ended): Temporal
+    holds no fire of it past `compiled_until`, and the row's deadline then goes empty, so no
+    overdue page would ever come. Not while paused by an operator; never for a UTC schedule
+    (no horizon) nor one that ends before it (`apply` writes none)."""
+    until: datetime | None = beat.get("compiled_until")
+    if beat["paused"] or until is None or until - lead > now:
+        return None
+    sid = beat["schedule_id"]
+    if until > now:
+        # Whole days, counted up: "in 0 days" would read as already past.
+        days = -((now - until) // timedelta(days=1))
+        when = f"end at {utc_text(until)}, in {days} day(s)"
+    else:
+        when = f"ended at {utc_text(until)}: Temporal fires it no more"
+    summary = (
+        f"schedule {sid}: re-apply the schedule file (`cronwarden schedules apply`): its "
+        f"local-time entries {when}; a re-apply compiles the years after"
+    )
+    details = {
+        "compiled_until": utc_text(until),
+        "lead": duration_text(lead),
+        "next_expected_at": utc_text_or_none(beat.get("next_expected_at")),
+    }
+    return Problem(sid, HORIZON, summary, details)
+
+
+def beat_problem(
+    beat: Mapping[str, Any], now: datetime, lead: timedelta = HORIZON_LEAD
+) -> Problem | None:
+    """The row's own problem: a missed fire first (it is happening now), else a horizon near."""
+    return heartbeat_problem(beat, now) or horizon_problem(beat, now, lead)
+
+
 def lease_problem(lease: Mapping[str, Any], now: datetime) -> Problem:
     sid = lease["schedule_id"]
     deadline: datetime = lease["run_deadline"]
@@ -136,11 +179,20 @@ def plan(
     rule: SystemRule,
     join_window: timedelta = timedelta(seconds=30),
     system_members: Collection[str] = (),
+    horizons: Sequence[Mapping[str, Any]] = (),
+    horizon_lead: timedelta = HORIZON_LEAD,
 ) -> Plan:
     """Decide the pass. A run holding its lease too long is the more specific diagnosis of a
-    schedule that is also overdue (its next fires are being skipped), so it wins.
-    `system_members`: schedules that have been members of the open system incident."""
+    schedule that is also overdue (its next fires are being skipped), so it wins. A horizon
+    near is the least urgent: a schedule has one open incident at a time, so an overdue one
+    replaces it, and it comes back (pages again) once the schedule runs again.
+    `system_members`: schedules that have been members of the open system incident.
+    `horizons`: rows whose compiled horizon is within `horizon_lead`."""
     problems: dict[str, Problem] = {}
+    for beat in horizons:
+        found = horizon_problem(beat, now, horizon_lead)
+        if found is not None:
+            problems[found.schedule_id] = found
     for beat in overdue:
         found = heartbeat_problem(beat, now)
         if found is not None:
@@ -163,7 +215,8 @@ def plan(
             result.resolve.append(Resolution(incident, SCHEDULE_DELETED))
         elif found_beat["paused"]:
             result.resolve.append(Resolution(incident, PAUSED))
-        elif heartbeat_problem(found_beat, now) is None:
+        elif beat_problem(found_beat, now, horizon_lead) is None:
+            # A horizon moved out (a re-apply compiled the years after) resolves it too.
             result.resolve.append(Resolution(incident, RECOVERED))
 
     new = [p for sid, p in sorted(problems.items()) if sid not in open_by_schedule]
@@ -181,7 +234,8 @@ def plan(
     recent = any(now - i["opened_at"] <= join_window for i in systems)
     if fresh and (recent or (not systems and rule.applies(len(fresh), watched))):
         result.system = rejoin + fresh
-        result.open = [p for p in new if p.kind == RUNNING_TOO_LONG]
+        # What is not a missed fire pages on its own, outage or not.
+        result.open = [p for p in new if not p.late]
     else:
         result.system = rejoin
         result.open = [p for p in new if p not in rejoin]

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -56,6 +56,7 @@ from cronwarden.schedules.lives import delete_schedule
 from cronwarden.schedules.mapping import (
     DEFINITION_MEMO,
     MANAGED_MEMO,
+    ZONE_COMPILED,
     definition_digest,
     definition_json,
     to_temporal,
@@ -63,6 +64,7 @@ from cronwarden.schedules.mapping import (
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.preview import next_fire_times
 from cronwarden.schedules.schedule_list import Listed, described_listed_digest
+from cronwarden.schedules.zones import compiled_until
 from cronwarden.store import applied, heartbeats
 from cronwarden.store import definitions as definition_history
 from cronwarden.times import utc_text, utc_text_or_none
@@ -389,6 +391,7 @@ async def apply_definitions(
                             c.next_fire,
                             d.heartbeat_grace,
                             digests[d.id],
+                            horizon(d, task_queue=task_queue),
                         )
                         for d, c, _ in unchanged
                     ],
@@ -820,10 +823,22 @@ async def _record(
             next_expected_at=change.next_fire,
             grace=defn.heartbeat_grace,
             definition_digest=definition_digest(defn, task_queue=task_queue),
+            compiled_until=horizon(defn, task_queue=task_queue),
         )
         await applied.record_schedules(
             conn, [(defn.id, definition_digest(defn, task_queue=task_queue), listed)]
         )
+
+
+def horizon(defn: ScheduleDefinition, *, task_queue: str) -> datetime | None:
+    """Where the local-time entries this apply compiles end: Temporal has no fire of the
+    schedule after it, so the monitor pages ahead of it (`heartbeats.compiled_until`). None for
+    a UTC schedule, and for one that fires nothing from a day before it on: the cron's wall
+    times are judged as UTC here, and no zone is a day away from UTC."""
+    until = compiled_until(definition_json(defn, task_queue=task_queue).get(ZONE_COMPILED))
+    if until is None or defn.finished(until - timedelta(days=1)) is not None:
+        return None
+    return until
 
 
 async def _preview(

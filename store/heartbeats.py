@@ -11,15 +11,18 @@ from cronwarden.redact import for_storage
 # Written by `schedules apply`: the first expected fire, so a schedule that never runs at all is
 # noticed too. Last-success fields are left alone on an update.
 # The definition digest is written with them: a worker's cached next fire times count only for
-# the definition they were described from (store/runs.py).
+# the definition they were described from (store/runs.py). So is the horizon of a local-time
+# schedule's compiled entries (`compiled_until`, migration 0023), NULL for any other: a schedule
+# that stops being zoned stops being watched for it.
 _EXPECT = """
 INSERT INTO cronwarden.heartbeats AS h
-       (schedule_id, next_expected_at, grace, definition_digest, updated_at)
-VALUES ($1, $2, $3, $4, now())
+       (schedule_id, next_expected_at, grace, definition_digest, compiled_until, updated_at)
+VALUES ($1, $2, $3, $4, $5, now())
 ON CONFLICT (schedule_id) DO UPDATE
    SET next_expected_at = EXCLUDED.next_expected_at,
        grace = EXCLUDED.grace,
        definition_digest = EXCLUDED.definition_digest,
+       compiled_until = EXCLUDED.compiled_until,
        updated_at = now()
 """
 
@@ -29,13 +32,15 @@ ON CONFLICT (schedule_id) DO UPDATE
 # describes another spec: it takes the deadline and grace of the spec Temporal holds too, else
 # the monitor would judge the schedule by the old spec's. A row with no deadline (a create
 # whose first fire was never filled in, see `fill_first_fires`) gets Temporal's next fire. Of
-# any other row nothing changes: its last success and deadline stay.
+# any other row nothing changes: its last success and deadline stay. The horizon goes with the
+# digest (the compiled years are part of it), and is written wherever it differs: a row written
+# before rows carried it gets it from an unchanged re-apply.
 _EXPECT_IF_MISSING = """
 INSERT INTO cronwarden.heartbeats AS h
-       (schedule_id, next_expected_at, grace, definition_digest, updated_at)
-SELECT schedule_id, next_expected_at, grace, definition_digest, now()
-  FROM unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[])
-       AS e(schedule_id, next_expected_at, grace, definition_digest)
+       (schedule_id, next_expected_at, grace, definition_digest, compiled_until, updated_at)
+SELECT schedule_id, next_expected_at, grace, definition_digest, compiled_until, now()
+  FROM unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[], $5::timestamptz[])
+       AS e(schedule_id, next_expected_at, grace, definition_digest, compiled_until)
 ON CONFLICT (schedule_id) DO UPDATE
    SET next_expected_at = CASE
            WHEN h.definition_digest IS DISTINCT FROM EXCLUDED.definition_digest
@@ -44,9 +49,11 @@ ON CONFLICT (schedule_id) DO UPDATE
        grace = CASE WHEN h.definition_digest IS DISTINCT FROM EXCLUDED.definition_digest
                     THEN EXCLUDED.grace ELSE h.grace END,
        definition_digest = EXCLUDED.definition_digest,
+       compiled_until = EXCLUDED.compiled_until,
        updated_at = now()
  WHERE h.definition_digest IS DISTINCT FROM EXCLUDED.definition_digest
     OR (h.next_expected_at IS NULL AND EXCLUDED.next_expected_at IS NOT NULL)
+    OR h.compiled_until IS DISTINCT FROM EXCLUDED.compiled_until
 """
 
 # A schedule just created: its row is written before its first fire is known (NULL: the
@@ -105,18 +112,31 @@ async def expect(
     next_expected_at: datetime | None,
     grace: timedelta,
     definition_digest: str | None,
+    compiled_until: datetime | None = None,
 ) -> None:
-    await conn.execute(_EXPECT, schedule_id, next_expected_at, grace, definition_digest)
+    """`compiled_until`: where a local-time schedule's compiled entries end (None: a UTC
+    schedule, or one that fires nothing from then on)."""
+    await conn.execute(
+        _EXPECT, schedule_id, next_expected_at, grace, definition_digest, compiled_until
+    )
 
 
 async def expect_all_if_missing(
-    conn: Any, expected: Sequence[tuple[str, datetime | None, timedelta, str]]
+    conn: Any,
+    expected: Sequence[tuple[str, datetime | None, timedelta, str, datetime | None]],
 ) -> None:
-    """Create the missing rows of (schedule id, next expected fire, grace, definition digest);
-    of the others only a stale digest is corrected."""
+    """Create the missing rows of (schedule id, next expected fire, grace, definition digest,
+    compiled horizon); of the others only a stale digest or horizon is corrected."""
     if expected:
-        ids, times, graces, digests = zip(*expected, strict=True)
-        await conn.execute(_EXPECT_IF_MISSING, list(ids), list(times), list(graces), list(digests))
+        ids, times, graces, digests, horizons = zip(*expected, strict=True)
+        await conn.execute(
+            _EXPECT_IF_MISSING,
+            list(ids),
+            list(times),
+            list(graces),
+            list(digests),
+            list(horizons),
+        )
 
 
 async def fill_first_fires(conn: Any, first: Sequence[tuple[str, datetime | None, str]]) -> None:

@@ -11,6 +11,7 @@ row enqueues the resolve notification.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from cronwarden.redact import for_storage, storable_value
@@ -19,6 +20,12 @@ OVERDUE = "overdue"
 NEVER_RAN = "never-ran"
 RUNNING_TOO_LONG = "running-too-long"
 SYSTEM = "system"
+HORIZON = "horizon"
+"""A local-time schedule whose compiled entries end soon: past them Temporal fires nothing."""
+
+HORIZON_LEAD = timedelta(days=30)
+"""How long before a compiled horizon a `horizon` incident opens, unless configured
+(`monitor_horizon_lead`): time for a re-apply before the last compiled fire."""
 
 # The condition is checked again at write time, not only in the (possibly stale) snapshot the
 # monitor planned from: a heartbeat that landed meanwhile, or a replica that resolved the
@@ -30,6 +37,10 @@ SELECT $1, $2, $3, $4::jsonb, $5
            SELECT 1 FROM cronwarden.locks l
             WHERE l.schedule_id = $1 AND l.holder IS NOT NULL
               AND l.expires_at > now() AND l.run_deadline < now())
+       WHEN $2 = 'horizon' THEN EXISTS (
+           SELECT 1 FROM cronwarden.heartbeats h
+            WHERE h.schedule_id = $1 AND NOT h.paused
+              AND h.compiled_until <= now() + $6::interval)
        ELSE EXISTS (
            SELECT 1 FROM cronwarden.heartbeats h
             WHERE h.schedule_id = $1 AND NOT h.paused AND h.alert_after < now())
@@ -119,10 +130,12 @@ async def open_incident(
     summary: str,
     details: dict[str, Any],
     parent_id: int | None = None,
+    horizon_lead: timedelta = HORIZON_LEAD,
 ) -> dict[str, Any] | None:
-    """The new incident, or None when one is open already (or the condition no longer holds)."""
+    """The new incident, or None when one is open already (or the condition no longer holds).
+    `horizon_lead`: how far ahead a compiled horizon opens a `horizon` incident."""
     summary, details = _scrubbed(summary, details)
-    row = await conn.fetchrow(_OPEN, schedule_id, kind, summary, details, parent_id)
+    row = await conn.fetchrow(_OPEN, schedule_id, kind, summary, details, parent_id, horizon_lead)
     return dict(row) if row is not None else None
 
 

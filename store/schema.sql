@@ -440,7 +440,8 @@ CREATE TABLE cronwarden.heartbeats (
     last_replay_key text,
     last_replay_error text,
     last_replay_error_key text,
-    last_replay_error_at timestamp with time zone
+    last_replay_error_at timestamp with time zone,
+    compiled_until timestamp with time zone
 );
 
 --
@@ -457,7 +458,7 @@ CREATE TABLE cronwarden.incidents (
     opened_at timestamp with time zone DEFAULT now() NOT NULL,
     resolved_at timestamp with time zone,
     resolution text,
-    CONSTRAINT incidents_kind_check CHECK ((kind = ANY (ARRAY['overdue'::text, 'never-ran'::text, 'running-too-long'::text, 'system'::text])))
+    CONSTRAINT incidents_kind_check CHECK ((kind = ANY (ARRAY['overdue'::text, 'never-ran'::text, 'running-too-long'::text, 'system'::text, 'horizon'::text])))
 );
 
 --
@@ -702,6 +703,12 @@ CREATE INDEX applied_files_latest ON cronwarden.applied_files USING btree (task_
 --
 
 CREATE INDEX heartbeats_alert_after ON cronwarden.heartbeats USING btree (alert_after) WHERE (NOT paused);
+
+--
+-- Name: heartbeats_compiled_until; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE INDEX heartbeats_compiled_until ON cronwarden.heartbeats USING btree (compiled_until) WHERE ((compiled_until IS NOT NULL) AND (NOT paused));
 
 --
 -- Name: heartbeats_next_expected; Type: INDEX; Schema: cronwarden; Owner: -

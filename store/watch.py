@@ -1,25 +1,36 @@
 """What the absence monitor reads, in one consistent snapshot: overdue heartbeats (by the
-indexed `alert_after` deadline), leases held past their run deadline, and the open incidents."""
+indexed `alert_after` deadline), local-time schedules near their compiled horizon, leases held
+past their run deadline, and the open incidents."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 # The hot query. `alert_after = next_expected_at + grace` is kept by a trigger and indexed with
 # the same `WHERE NOT paused` predicate, so this is a range scan over the overdue rows only.
 OVERDUE = """
-SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused
+SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused, compiled_until
   FROM cronwarden.heartbeats
  WHERE NOT paused AND alert_after < now()
  ORDER BY alert_after
 """
 
 _BY_IDS = """
-SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused
+SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused, compiled_until
   FROM cronwarden.heartbeats
  WHERE schedule_id = ANY($1::text[])
+"""
+
+# Local-time schedules whose compiled entries end within the lead (or have ended): past the
+# horizon Temporal fires nothing and the row's deadline goes empty, so only this finds them.
+# A range scan over the zoned, unpaused rows (index of migration 0023).
+HORIZONS = """
+SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused, compiled_until
+  FROM cronwarden.heartbeats
+ WHERE compiled_until IS NOT NULL AND NOT paused AND compiled_until <= now() + $1::interval
+ ORDER BY compiled_until
 """
 
 # A live lease (held and still renewed) whose run should have finished by now. The table holds
@@ -58,6 +69,8 @@ class Snapshot:
     now: datetime
     """Database time of the snapshot: every deadline is judged against it."""
     overdue: list[dict[str, Any]]
+    horizons: list[dict[str, Any]]
+    """Unpaused heartbeats whose compiled horizon is within the lead of the snapshot's time."""
     incident_heartbeats: list[dict[str, Any]]
     """Heartbeat rows of the schedules with an open incident (absent: the row was deleted)."""
     overlong: list[dict[str, Any]]
@@ -68,11 +81,12 @@ class Snapshot:
     """Schedules that have been members of the open system incident."""
 
 
-async def snapshot(conn: Any) -> Snapshot:
+async def snapshot(conn: Any, *, horizon_lead: timedelta) -> Snapshot:
     # REPEATABLE READ: every read sees the same moment, and now() is that moment.
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         now: datetime = await conn.fetchval("SELECT now()")
         overdue = [dict(r) for r in await conn.fetch(OVERDUE)]
+        horizons = [dict(r) for r in await conn.fetch(HORIZONS, horizon_lead)]
         incidents = [dict(r) for r in await conn.fetch(_OPEN_INCIDENTS)]
         ids = sorted({i["schedule_id"] for i in incidents if i["schedule_id"] is not None})
         by_ids = [dict(r) for r in await conn.fetch(_BY_IDS, ids)] if ids else []
@@ -82,6 +96,7 @@ async def snapshot(conn: Any) -> Snapshot:
     return Snapshot(
         now=now,
         overdue=overdue,
+        horizons=horizons,
         incident_heartbeats=by_ids,
         overlong=overlong,
         open_incidents=incidents,
