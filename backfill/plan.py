@@ -36,9 +36,10 @@ from cronwarden.backfill.spec_history import ENDED, UNRECORDED, Applied, segment
 from cronwarden.backfill.window import Window
 from cronwarden.schedules.apply import NotManaged, describe_or_none, is_managed
 from cronwarden.schedules.inventory import action_memo, no_such_schedule
-from cronwarden.schedules.mapping import DEFINITION_MEMO, DIGEST_MEMO
+from cronwarden.schedules.mapping import DEFINITION_MEMO, DIGEST_MEMO, ZONE_COMPILED
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.preview import scratch_of_spec, scratch_schedule
+from cronwarden.schedules.zones import compiled_until
 from cronwarden.store import definitions, outbox, pause_history
 from cronwarden.store.pause_history import Pause
 from cronwarden.times import utc_text, utc_text_or_none
@@ -565,7 +566,14 @@ class _Part:
         if self.judged.deleted:
             return
         if self.definition is not None:
-            scratch = scratch_schedule(client, self.definition, task_queue=self.task_queue)
+            # A zoned definition's entries are compiled for whole years: for the part's own,
+            # whatever years `apply` compiles today (a UTC one ignores the window).
+            scratch = scratch_schedule(
+                client,
+                self.definition,
+                task_queue=self.task_queue,
+                window=(window.start, window.end),
+            )
         elif self.spec is not None:
             scratch = scratch_of_spec(client, self.spec, task_queue=self.task_queue)
         else:
@@ -616,13 +624,39 @@ async def _parts(
         defn = applied.rebuilt()
         judged = Judged(segment.window, applied.applied_at, defn.jitter, inferred=applied.inferred)
         direct = False
-        if applied is latest and defn.jitter is None and not gone:
+        if (
+            applied is latest
+            and defn.jitter is None
+            and not gone
+            and _inside_compiled(applied, segment.window)
+        ):
             # The latest row should be what Temporal holds, but a write whose row was lost
             # (an update interrupted between the two) may have given the live spec a jitter.
             live = live or await _describe(client, schedule_id)
             direct = not live.schedule.spec.jitter
         parts.append(_Part(judged, None if direct else defn, None, applied.task_queue))
     return parts
+
+
+def _inside_compiled(applied: Applied, window: Window) -> bool:
+    """Whether the live schedule's own entries can answer `window`: always for a UTC
+    definition; for a zoned one only inside the years its entries were compiled for (the label
+    its definition records), as it fires nothing outside them. A window years back (or past the
+    horizon) is judged by the rule all the same, through a copy compiled for it."""
+    if applied.definition.get("timezone") is None:
+        return True
+    years = _compiled_years(applied.definition.get(ZONE_COMPILED))
+    return years is not None and years[0] <= window.start and window.end < years[1]
+
+
+def _compiled_years(label: object) -> tuple[datetime, datetime] | None:
+    """[start, end) of the whole years a `compiled_label` names; None if it names none."""
+    end = compiled_until(label)
+    if end is None:
+        return None
+    assert isinstance(label, str)  # compiled_until reads only strings
+    first, _, _ = label.rpartition(", ")[2].partition("-")
+    return (datetime(int(first), 1, 1, tzinfo=UTC), end) if first.isdigit() else None
 
 
 async def effective_history(

@@ -44,6 +44,7 @@ from temporalio.service import RPCError
 
 from cronwarden.activities.contract import (
     ALREADY_DONE,
+    NOT_IN_RULE,
     OVERLAP_LOCKED,
     RAN,
     RunOutcome,
@@ -62,6 +63,12 @@ from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 REPLAYED = "replayed"
 FAILED = "failed"
 OUTCOMES = (REPLAYED, ALREADY_DONE, OVERLAP_LOCKED, FAILED)
+"""The outcomes every summary counts, zero or not."""
+RULE_OUTCOMES = (NOT_IN_RULE,)
+"""Outcomes a summary counts only once one happens: a zoned schedule's rule refused the key
+(the second reading of a repeated wall time it fires once). Nothing ran and nothing is owed, so
+it is neither replayed nor failed; a plan never lists such a key, only a key named by hand can
+be one, and summaries of every other replay keep their shape."""
 
 FIRST_RETRY_DELAY = 0.25
 MAX_RETRY_DELAY = 5.0
@@ -222,7 +229,8 @@ class ReplayResult:
     logical_key: str
     workflow_id: str
     outcome: str
-    """`replayed`, `already-done`, `overlap-locked`, `failed`, or `skipped` (not started)."""
+    """`replayed`, `already-done`, `overlap-locked`, `failed`, `not-in-rule` (a zoned
+    schedule's rule never fires this instant: nothing ran), or `skipped` (not started)."""
     detail: str | None = None
     definition: RunDefinition | None = None
     """What the replay ran; None for a skipped key."""
@@ -245,7 +253,7 @@ class Summary:
         if result.outcome == SKIPPED:
             self.skipped.append(result)
             return
-        self.counts[result.outcome] += 1
+        self.counts[result.outcome] = self.counts.get(result.outcome, 0) + 1
         if result.outcome == FAILED:
             self.failures.append(result)
         if result.definition is not None:
@@ -437,6 +445,9 @@ def _classify(key: str, workflow_id: str, outcome: RunOutcome, *, attached: bool
         return ReplayResult(
             key, workflow_id, OVERLAP_LOCKED, f"lease held by {outcome.held_by or 'another run'}"
         )
+    if outcome.outcome == NOT_IN_RULE:
+        # The guard's refusal names the first reading, the instant the rule does fire.
+        return ReplayResult(key, workflow_id, NOT_IN_RULE, "; ".join(outcome.notes) or None)
     return ReplayResult(key, workflow_id, FAILED, f"unexpected outcome {outcome.outcome!r}")
 
 
