@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from cronwarden.schedules.preview import PREVIEW_PREFIX
 from tests.support.cli import cli
+from tests.support.paths import REPO_ROOT
 from tests.support.schedules import write_schedules_file
 
 pytestmark = pytest.mark.integration
@@ -152,17 +154,22 @@ def spelled(t: Transition, texts: list[str]) -> list[datetime]:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def no_scratch_left(client: Client) -> AsyncIterator[None]:
-    """Every scratch copy a command made is deleted by the time it exits."""
+    """Every scratch copy a command of the test made is deleted by the time it exits (copies
+    left by other tests of the session on purpose, created before, are not this test's)."""
+    began = datetime.now(UTC) - timedelta(seconds=1)
     yield
     left = [e.id async for e in await client.list_schedules() if e.id.startswith(PREVIEW_PREFIX)]
-    described = []
+    kept = []
     for sid in left:
         try:
-            await client.get_schedule_handle(sid).describe()
-            described.append(sid)
-        except Exception:
-            continue  # listed, already deleted: the list lags behind
-    assert described == []
+            desc = await client.get_schedule_handle(sid).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                continue  # listed, already deleted: the list lags behind
+            raise
+        if desc.info.created_at >= began:
+            kept.append(sid)
+    assert kept == []
 
 
 async def preview_json(
@@ -409,3 +416,58 @@ async def test_unreachable_temporal_is_one_sentence_and_exit_1(
     assert result.code == 1
     assert result.stderr.strip().startswith("error: cannot reach Temporal at 127.0.0.1:1")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_a_year_of_0130_and_0230_in_new_york_is_the_docs_example(
+    tmp_path: Path, cli_env: dict[str, str], no_scratch_left: None
+) -> None:
+    """docs/time-zones.md shows 2027 of a daily 01:30 and 02:30 in New York as runs of days
+    that fire alike, and the two days that differ: each row it shows is what preview gives."""
+    path = write_schedules_file(
+        tmp_path,
+        """\
+        timezone: America/New_York
+        schedules:
+          - id: ny-0130
+            job: probe
+            cron: "30 1 * * *"
+          - id: ny-0230
+            job: probe
+            cron: "30 2 * * *"
+        """,
+    )
+    start, end = datetime(2027, 1, 1, 5, tzinfo=UTC), datetime(2028, 1, 1, 5, tzinfo=UTC)
+    first, second = (await preview_json(cli_env, path, start, end))["schedules"]
+    assert len(first["slots"]) == len(second["slots"]) == 365
+
+    def cell(slot: dict[str, Any]) -> str:
+        local, abbreviation = slot["local"].split(" ")
+        return f"{slot['utc'][11:16]}Z, {local[11:16]} {abbreviation}"
+
+    days = [
+        (a["local"][5:10], cell(a), cell(b), a["note"], b["note"])
+        for a, b in zip(first["slots"], second["slots"], strict=True)
+    ]
+    docs = (REPO_ROOT / "docs" / "time-zones.md").read_text()
+    noted = [d for d in days if d[3] or d[4]]
+    assert [d[0] for d in noted] == ["03-14", "11-07"]
+    for day, at_0130, at_0230, note_0130, note_0230 in noted:
+        # The day's row: the noted fire in bold with the rule's words, the other as it is.
+        row = next(line for line in docs.splitlines() if line.startswith(f"| **{day}**"))
+        for text, note in ((at_0130, note_0130), (at_0230, note_0230)):
+            assert (f"**{text}**" if note else text) in row, (row, text)
+        # The excerpt of preview's own lines carries the rule's note word for word.
+        assert f"({note_0130 or note_0230})" in docs
+    runs: list[list[tuple[str, str, str, Any, Any]]] = []
+    for d in days:
+        if runs and not (d[3] or d[4]) and runs[-1][-1][1:] == d[1:]:
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    for run in runs:
+        (day, at_0130, at_0230, note_0130, note_0230) = run[0]
+        if note_0130 or note_0230:
+            continue
+        row = f"| {day} to {run[-1][0]} ({len(run)} days) | {at_0130} | {at_0230} |"
+        assert row in docs, row
+    assert len(runs) == 5
