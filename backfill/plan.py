@@ -619,6 +619,12 @@ async def _parts(
             action = live.schedule.action
             queue = action.task_queue if isinstance(action, ScheduleActionStartWorkflow) else ""
             judged = Judged(segment.window, None, spec.jitter)
+            zoned = await _zoned_memo(client, live)
+            if zoned is not None and not _inside_compiled(zoned, segment.window):
+                # The live entries of a zoned schedule fire nothing outside the years they
+                # were compiled for: its memo's definition, compiled for the part, answers.
+                parts.append(_Part(judged, zoned.rebuilt(), None, queue))
+                continue
             parts.append(_Part(judged, None, spec if spec.jitter else None, queue))
             continue
         defn = applied.rebuilt()
@@ -647,6 +653,15 @@ def _inside_compiled(applied: Applied, window: Window) -> bool:
         return True
     years = _compiled_years(applied.definition.get(ZONE_COMPILED))
     return years is not None and years[0] <= window.start and window.end < years[1]
+
+
+async def _zoned_memo(client: Client, live: ScheduleDescription) -> Applied | None:
+    """The zoned definition the live schedule's memo holds (as an unrecorded apply), or None:
+    a UTC schedule, or a memo that does not read."""
+    definition = (await action_memo(client, live)).get(DEFINITION_MEMO)
+    if not isinstance(definition, dict) or definition.get("timezone") is None:
+        return None
+    return Applied(live.info.created_at, "", definition, inferred=UNRECORDED)
 
 
 def _compiled_years(label: object) -> tuple[datetime, datetime] | None:

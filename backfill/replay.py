@@ -63,12 +63,11 @@ from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
 REPLAYED = "replayed"
 FAILED = "failed"
 OUTCOMES = (REPLAYED, ALREADY_DONE, OVERLAP_LOCKED, FAILED)
-"""The outcomes every summary counts, zero or not."""
-RULE_OUTCOMES = (NOT_IN_RULE,)
-"""Outcomes a summary counts only once one happens: a zoned schedule's rule refused the key
-(the second reading of a repeated wall time it fires once). Nothing ran and nothing is owed, so
-it is neither replayed nor failed; a plan never lists such a key, only a key named by hand can
-be one, and summaries of every other replay keep their shape."""
+"""The outcomes every summary counts, zero or not. A summary counts `not-in-rule` (a zoned
+schedule's rule refused the key: the second reading of a repeated wall time it fires once) only
+once one happens: nothing ran and nothing is owed, so it is neither replayed nor failed; a plan
+never lists such a key, only a key named by hand can be one, and the summaries of every other
+replay keep their shape."""
 
 FIRST_RETRY_DELAY = 0.25
 MAX_RETRY_DELAY = 5.0

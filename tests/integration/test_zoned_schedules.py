@@ -308,7 +308,11 @@ async def apply_all_paused(
 
 
 async def plan_is_the_rule(
-    client: Client, pool: asyncpg.Pool, defs: list[ScheduleDefinition]
+    client: Client,
+    pool: asyncpg.Pool,
+    defs: list[ScheduleDefinition],
+    *,
+    judged_by: str = "history",
 ) -> dict[str, list[datetime]]:
     """Plan both windows of each definition; every missing key is a slot of the rule and every
     slot is missing. The missing times per schedule."""
@@ -320,7 +324,7 @@ async def plan_is_the_rule(
             slots = slots_of(defn, window)
             assert list(planned.missing_times()) == slots, (defn.id, window)
             assert (planned.expected, planned.done) == (len(slots), 0)
-            assert [j.source for j in planned.judged] == ["history"]
+            assert [j.source for j in planned.judged] == [judged_by]
             missing.setdefault(defn.id, []).extend(slots)
     return missing
 
@@ -418,9 +422,7 @@ async def test_a_window_years_before_the_live_entries_is_judged_by_the_rule(
     defs = backfilled(prefix())
     await apply_all_paused(client, pool, task_queue, defs)
     try:
-        for defn in defs:
-            # The live schedule itself fires nothing in 2027: asking it would plan nothing.
-            assert await matching(client, defn.id, SPRING.start, AUTUMN.end) == []
+        await assert_nothing_live_in_2027(client, defs)
         missing = await plan_is_the_rule(client, pool, defs)
         assert_the_rules_slots(defs, missing)
         async with in_process_worker(client, pool, task_queue):
@@ -477,3 +479,26 @@ async def last_entry_year(client: Client, schedule_id: str) -> int:
     """The last year any of the live schedule's calendar entries names."""
     spec = (await client.get_schedule_handle(schedule_id).describe()).schedule.spec
     return max(r.end for entry in spec.calendars for r in entry.year)
+
+
+async def assert_nothing_live_in_2027(client: Client, defs: list[ScheduleDefinition]) -> None:
+    for defn in defs:
+        # The live schedule itself fires nothing in 2027: asking it would plan nothing.
+        assert await matching(client, defn.id, SPRING.start, AUTUMN.end) == []
+
+
+async def test_a_zoned_schedule_without_recorded_history_is_judged_by_its_memo_in_any_year(
+    client: Client, pool: asyncpg.Pool, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Applied without Postgres (the dev stack's way): no history row, only the live schedule,
+    # whose entries cover 2029-2032. Its memo holds the definition, which the rule compiles for
+    # 2027.
+    monkeypatch.setattr(mapping, "clock", lambda: at("2030-06-01T00:00:00Z"))
+    defs = backfilled(prefix())
+    await apply_definitions(client, None, defs, task_queue=task_queue)
+    try:
+        await assert_nothing_live_in_2027(client, defs)
+        missing = await plan_is_the_rule(client, pool, defs, judged_by="live")
+        assert_the_rules_slots(defs, missing)
+    finally:
+        await delete_all(client, [d.id for d in defs])
