@@ -171,6 +171,9 @@ async def test_temporal_fires_the_rule_on_every_2027_transition_day(
                 if zone == NEW_YORK:
                     assert fired == NEW_YORK_2027[(cron, day)], (cron, day)
                     checked_new_york.add((cron, day))
+            # And the whole year: the entries between transitions and across the year's ends.
+            year = (at("2027-01-01T00:00:00Z"), at("2028-01-01T00:00:00Z"))
+            assert await matching(client, defn.id, *year) == expected(spec, *year), (zone, cron)
         assert checked_new_york == set(NEW_YORK_2027)
     finally:
         await delete_all(client, list(entries))
