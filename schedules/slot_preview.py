@@ -32,6 +32,10 @@ MAX_SLOTS = 10_000
 """Most slots one schedule may have in a preview's window: a longer list is no preview, and the
 scratch copy's matching times are paged 1,000 at a time."""
 _SHOWN_DIFFERENCES = 10
+FIRST_INSTANT = datetime(2000, 1, 2, tzinfo=UTC)
+LAST_INSTANT = datetime(2100, 12, 30, tzinfo=UTC)
+"""The widest window: Temporal's calendar takes the years 2000 to 2100 only, and a zoned
+schedule is compiled for the whole years around the window with a day to spare."""
 
 log = get_logger("cronwarden.schedules")
 
@@ -85,6 +89,12 @@ def preview_window(start: str, end: str, *, now: datetime) -> tuple[datetime, da
         raise InvalidInput(
             f"--to ({utc_text(last)}) is not after --from ({utc_text(first)}): the window "
             "[from, to) is empty"
+        )
+    if first < FIRST_INSTANT or last > LAST_INSTANT:
+        raise InvalidInput(
+            f"the window must lie between {utc_text(FIRST_INSTANT)} and "
+            f"{utc_text(LAST_INSTANT)}: Temporal's calendar takes the years 2000 to 2100, and a "
+            "zoned schedule is compiled for whole years around the window with a day to spare"
         )
     return first, last
 

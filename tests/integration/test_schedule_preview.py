@@ -471,3 +471,43 @@ async def test_a_year_of_0130_and_0230_in_new_york_is_the_docs_example(
         row = f"| {day} to {run[-1][0]} ({len(run)} days) | {at_0130} | {at_0230} |"
         assert row in docs, row
     assert len(runs) == 5
+
+
+async def test_the_first_and_last_days_temporal_s_calendar_takes_preview_alike(
+    tmp_path: Path, cli_env: dict[str, str], no_scratch_left: None
+) -> None:
+    """A zoned schedule is compiled for the whole years around the window; at the edges of
+    Temporal's years (2000 to 2100) the window is still listed, and past them it is refused
+    as input, never sent for Temporal to refuse."""
+    path = write_schedules_file(
+        tmp_path,
+        """\
+        timezone: America/New_York
+        schedules:
+          - id: ny
+            job: probe
+            cron: "30 1 * * *"
+        """,
+    )
+    # 01:30 EST is 06:30Z in both Januaries and Decembers.
+    for start, end, expected in [
+        ("2000-01-02T00:00:00Z", "2000-01-04T00:00:00Z", ["2000-01-02", "2000-01-03"]),
+        ("2100-12-28T00:00:00Z", "2100-12-30T00:00:00Z", ["2100-12-28", "2100-12-29"]),
+    ]:
+        document = await preview_json(
+            cli_env, path, datetime.fromisoformat(start), datetime.fromisoformat(end)
+        )
+        utcs = [s["utc"] for s in document["schedules"][0]["slots"]]
+        assert utcs == [f"{day}T06:30:00Z" for day in expected]
+    result = await cli(
+        cli_env,
+        "schedules",
+        "preview",
+        str(path),
+        "--from",
+        "2100-12-29T00:00:00Z",
+        "--to",
+        "2100-12-31T00:00:00Z",
+    )
+    assert result.code == 2, result
+    assert "the years 2000 to 2100" in result.stderr

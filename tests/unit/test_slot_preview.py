@@ -25,6 +25,7 @@ from cronwarden.schedules.slot_preview import (
     rule_of,
     select,
 )
+from cronwarden.schedules.zones import compile_window_around
 
 NOW = datetime(2026, 12, 3, 12, tzinfo=UTC)
 
@@ -61,11 +62,21 @@ def test_the_window_takes_a_zone_or_z_and_reads_it_as_utc() -> None:
         ("2027-03-14T00:00:00Z", "tomorrow", "--to 'tomorrow' is not a time"),
         ("2027-03-14T00:00:00Z", "2027-03-14T00:00:00Z", "is not after --from"),
         ("2027-03-14T01:00:00+01:00", "2027-03-14T00:00:00Z", "is not after --from"),
+        ("2100-12-29T00:00:00Z", "2100-12-30T00:00:01Z", "must lie between 2000-01-02T00"),
+        ("2000-01-01T23:59:59Z", "2000-01-03T00:00:00Z", "the years 2000 to 2100"),
     ],
 )
 def test_a_bad_window_is_invalid_input(start: str, end: str, said: str) -> None:
     with pytest.raises(InvalidInput, match=said):
         preview_window(start, end, now=NOW)
+
+
+def test_the_widest_window_is_compiled_and_listed_inside_temporal_s_years() -> None:
+    start, end = preview_window("2000-01-02T00:00:00Z", "2100-12-30T00:00:00Z", now=NOW)
+    assert compile_window_around(start, end) == (
+        datetime(2000, 1, 1, tzinfo=UTC),
+        datetime(2101, 1, 1, tzinfo=UTC),
+    )
 
 
 def test_the_window_in_whole_seconds_includes_from_and_excludes_to() -> None:
