@@ -155,6 +155,9 @@ async def test_temporal_fires_the_rule_on_every_2027_transition_day(
         [{"id": sid, "cron": cron, "timezone": zone} for sid, (zone, cron) in entries.items()],
     )
     changes = await apply_definitions(client, pool, defs, task_queue=task_queue)
+    # The days' lengths: 23 hours of half-hour fires in March, 25 in November.
+    assert len(NEW_YORK_2027[("0,30 * * * *", date(2027, 3, 14))]) == 46
+    assert len(NEW_YORK_2027[("0,30 * * * *", date(2027, 11, 7))]) == 50
     try:
         assert [c.action for c in changes] == [CREATED] * len(entries)
         checked_new_york = set()
