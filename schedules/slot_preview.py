@@ -5,9 +5,10 @@ daylight-saving rule did there.
 What fires is Temporal's to say: a paused scratch copy of the compiled definition is asked for
 its matching times (ListScheduleMatchingTimes), so start_at, end_at, exclusions and the compiled
 UTC entries all count exactly as they will live; without jitter, since a key names the nominal
-slot. For a zoned cron schedule the rule's own slots (`zones.rule_slots`) are computed beside it
-and must be the same instants: they give each slot its local time and note, and a difference is
-a compilation bug, reported by name rather than printed over.
+slot. For a zoned schedule the rule's own slots are computed beside it (`zones.rule_slots` for a
+cron; for an `every` interval, each interval of real time but those whose wall clock an
+exclusion names) and must be the same instants: they give each slot its local time and note,
+and a difference is a compilation bug, reported by name rather than printed over.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from cronwarden.backfill.window import Window, parse_instant
 from cronwarden.errors import CronwardenError, InvalidInput
 from cronwarden.logs import get_logger
 from cronwarden.schedules.model import ScheduleDefinition
-from cronwarden.schedules.zones import Slot, local_text, rule_slots
-from cronwarden.times import utc_text
+from cronwarden.schedules.spec_parts import SkipCalendar
+from cronwarden.schedules.zones import LocalSpec, Slot, local_text, rule_slots
+from cronwarden.times import format_duration, utc_text
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 MAX_SLOTS = 10_000
 """Most slots one schedule may have in a preview's window: a longer list is no preview, and the
 scratch copy's matching times are paged 1,000 at a time."""
+MAX_INTERVALS = 1_000_000
+"""Most intervals of a zoned `every` schedule with exclusions checked one by one: past it the
+window is refused, whatever the exclusions leave."""
 _SHOWN_DIFFERENCES = 10
 FIRST_INSTANT = datetime(2000, 1, 2, tzinfo=UTC)
 LAST_INSTANT = datetime(2100, 12, 30, tzinfo=UTC)
@@ -136,22 +141,69 @@ def too_many(defn: ScheduleDefinition, start: datetime, end: datetime) -> Invali
 
 
 def rule_of(defn: ScheduleDefinition, start: datetime, end: datetime) -> list[Slot] | None:
-    """The rule's slots of a zoned cron schedule in [start, end), within its start_at and
-    end_at (both inclusive, as Temporal takes them); None for a schedule no rule compiles (UTC,
-    or an `every` interval, which counts real time and Temporal evaluates as it is)."""
+    """The rule's slots of a zoned schedule in [start, end), within its start_at and end_at
+    (both inclusive, as Temporal takes them); None for a UTC schedule (nothing is compiled:
+    Temporal evaluates its spec as it is)."""
     spec = defn.local_spec
-    if spec is None or not defn.crons:
+    if spec is None:
         return None
-    try:
-        slots = rule_slots(spec, start, end, limit=MAX_SLOTS)
-    except ValueError:
-        raise too_many(defn, start, end) from None
+    if defn.every is not None:
+        slots = _interval_slots(defn, spec, start, end)
+    else:
+        try:
+            slots = rule_slots(spec, start, end, limit=MAX_SLOTS)
+        except ValueError:
+            raise too_many(defn, start, end) from None
     return [
         s
         for s in slots
         if (defn.start_at is None or s.utc >= defn.start_at)
         and (defn.end_at is None or s.utc <= defn.end_at)
     ]
+
+
+def _interval_slots(
+    defn: ScheduleDefinition, spec: LocalSpec, start: datetime, end: datetime
+) -> list[Slot]:
+    """A zoned `every` schedule's slots: each `every` of real time from the epoch (Temporal's
+    interval with no offset), but for those whose wall clock an exclusion names (the compiled
+    skips are the part of it that can go wrong)."""
+    assert defn.every is not None
+    step = int(defn.every.total_seconds())
+    first = -(-int(_ceil_second(start).timestamp()) // step) * step
+    stop = int(_ceil_second(end).timestamp())
+    count = max(0, -(-(stop - first) // step))
+    if count > MAX_SLOTS and not spec.exclude:
+        raise too_many(defn, start, end)
+    if count > MAX_INTERVALS:
+        raise InvalidInput(
+            f"{defn.id}: more than {MAX_INTERVALS:,} intervals of {format_duration(defn.every)} "
+            f"between {utc_text(start)} and {utc_text(end)}; ask for a shorter window"
+        )
+    slots = []
+    for seconds in range(first, stop, step):
+        local = datetime.fromtimestamp(seconds, spec.tz)
+        if not any(_names_wall(skip, local) for skip in spec.exclude):
+            slots.append(Slot(local.astimezone(UTC), local))
+            if len(slots) > MAX_SLOTS:
+                raise too_many(defn, start, end)
+    return slots
+
+
+def _names_wall(skip: SkipCalendar, local: datetime) -> bool:
+    """Whether the exclusion names this wall-clock time (every field matches)."""
+    years = skip.values("year")
+    fields = {
+        "second": local.second,
+        "minute": local.minute,
+        "hour": local.hour,
+        "day_of_month": local.day,
+        "month": local.month,
+        "day_of_week": local.isoweekday() % 7,
+    }
+    return (years is None or local.year in years) and all(
+        value in (skip.values(name) or ()) for name, value in fields.items()
+    )
 
 
 def annotate(

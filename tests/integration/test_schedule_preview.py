@@ -511,3 +511,30 @@ async def test_the_first_and_last_days_temporal_s_calendar_takes_preview_alike(
     )
     assert result.code == 2, result
     assert "the years 2000 to 2100" in result.stderr
+
+
+async def test_a_zoned_interval_fires_real_time_but_the_hours_its_exclusion_names(
+    tmp_path: Path, cli_env: dict[str, str], no_scratch_left: None
+) -> None:
+    """`every: 30m` in New York on 2027-11-07 (25 hours): every 30 minutes of real time, but
+    for the four whose wall clock reads 01:xx, EDT (05:00Z, 05:30Z) and EST (06:00Z, 06:30Z)."""
+    path = write_schedules_file(
+        tmp_path,
+        """\
+        schedules:
+          - id: ny-every
+            job: probe
+            every: 30m
+            timezone: America/New_York
+            exclude:
+              - {hour: 1}
+        """,
+    )
+    start = datetime(2027, 11, 7, 4, tzinfo=UTC)  # 00:00 EDT
+    end = datetime(2027, 11, 8, 5, tzinfo=UTC)  # 00:00 EST the next day
+    (schedule,) = (await preview_json(cli_env, path, start, end))["schedules"]
+    ones = {datetime(2027, 11, 7, h, m, tzinfo=UTC) for h in (5, 6) for m in (0, 30)}
+    expected = [start + k * timedelta(minutes=30) for k in range(50)]
+    assert [s["utc"] for s in schedule["slots"]] == [z(t) for t in expected if t not in ones]
+    assert {s["note"] for s in schedule["slots"]} == {None}
+    assert schedule["slots"][2]["local"] == "2027-11-07T02:00:00-05:00 EST"

@@ -111,7 +111,31 @@ def test_rule_of_gives_the_gap_s_end_with_a_note_and_none_without_a_zone_or_a_cr
     assert [s.utc for s in slots] == [utc("2027-03-13T07:30:00Z"), utc("2027-03-14T07:00:00Z")]
     assert slots[0].note is None and slots[1].note is not None
     assert rule_of(defn(), *SPRING) is None
-    assert rule_of(defn(cron=None, every="1h", **NY), *SPRING) is None
+    assert rule_of(defn(cron=None, every="1h"), *SPRING) is None
+
+
+def test_a_zoned_interval_counts_real_time_and_excludes_by_the_wall_clock() -> None:
+    """7 November is 25 hours long in New York; 01:00-01:59 happens twice, at 05:xxZ (EDT)
+    and 06:xxZ (EST): an exclusion of the hour 1 takes both."""
+    start, end = utc("2027-11-07T04:00:00Z"), utc("2027-11-08T05:00:00Z")
+    hourly = defn(cron=None, every="1h", exclude=[{"hour": "1"}], **NY)
+    slots = rule_of(hourly, start, end)
+    assert slots is not None
+    every_hour = [start + timedelta(hours=k) for k in range(25)]
+    kept = [
+        t for t in every_hour if t not in (utc("2027-11-07T05:00:00Z"), utc("2027-11-07T06:00:00Z"))
+    ]
+    assert [s.utc for s in slots] == kept
+    assert all(s.note is None for s in slots)
+    with pytest.raises(RuleMismatch, match="Temporal fires 2027-11-07T06:00:00Z"):
+        annotate(hourly, [*kept, utc("2027-11-07T06:00:00Z")], slots)
+    # Without exclusions, the limit counts intervals; with them, what they leave.
+    every_second = defn(cron=None, every="1s", **NY)
+    with pytest.raises(InvalidInput, match="more than 10,000 slots"):
+        rule_of(every_second, start, start + timedelta(seconds=MAX_SLOTS + 1))
+    assert (
+        len(rule_of(every_second, start, start + timedelta(seconds=MAX_SLOTS)) or []) == MAX_SLOTS
+    )
 
 
 def test_rule_of_keeps_start_at_and_end_at_both_inclusive() -> None:
