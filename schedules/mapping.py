@@ -102,7 +102,7 @@ def definition_json(defn: ScheduleDefinition, *, task_queue: str) -> dict[str, A
     for name in SPEC_EXTRAS:
         # Unset extras stay out, so definitions written before they existed keep their digest;
         # a set one is in, so changing it re-applies the schedule.
-        if data.get(name) in (None, []):
+        if data.get(name) in (None, [], {}):
             data.pop(name, None)
     if defn.timezone is not None:
         data[ZONE_COMPILED] = compiled_label(clock())

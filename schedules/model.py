@@ -67,7 +67,19 @@ _MINIMUMS: dict[str, tuple[timedelta, str]] = {
 }
 # The spec fields added after the first release: left out of the digest while unset, so adding
 # them to the model did not change the digest (and re-apply) of every existing schedule.
-SPEC_EXTRAS = ("start_at", "end_at", "exclude", "jitter", "timezone", "dst_gap", "dst_repeat")
+SPEC_EXTRAS = (
+    "start_at",
+    "end_at",
+    "exclude",
+    "jitter",
+    "timezone",
+    "dst_gap",
+    "dst_repeat",
+    "labels",
+    "expected_duration",
+    "late_start",
+    "maintenance",
+)
 
 
 class ScheduleDefinition(BaseModel):
