@@ -85,9 +85,9 @@ class SchedulePreview:
 
 
 def preview_window(start: str, end: str, *, now: datetime) -> tuple[datetime, datetime]:
-    """`--from` and `--to` as the instants [start, end); InvalidInput unless the end is later.
-    Both take what `backfill` takes (ISO 8601 with a zone or Z, `now`, `-2h`), and, unlike a
-    backfill window, may lie in the future."""
+    """`--from` and `--to` as the instants [start, end); InvalidInput unless the end is later
+    and both lie within Temporal's years. Both take what `backfill` takes (ISO 8601 with a zone
+    or Z, `now`, `-2h`), and, unlike a backfill window, may lie in the future."""
     first = parse_instant(start, now=now, what="--from")
     last = parse_instant(end, now=now, what="--to")
     if last <= first:
