@@ -57,6 +57,8 @@ _DAY = 86_400
 _ALL_DAYS_OF_MONTH = frozenset(range(1, 32))
 _ALL_MONTHS = frozenset(range(1, 13))
 _ALL_WEEKDAYS = frozenset(range(7))
+_CALENDAR_START = datetime(2000, 1, 1, tzinfo=UTC)
+_CALENDAR_END = datetime(2101, 1, 1, tzinfo=UTC)
 _SCAN_STEP = timedelta(hours=6)
 """Transitions are found by comparing offsets this far apart, then bisecting: no zone changes
 its offset twice within six hours."""
@@ -465,7 +467,11 @@ def compiled_until(label: object) -> datetime | None:
 
 
 def compile_local(spec: LocalSpec, start: datetime, end: datetime) -> Compiled:
-    """UTC calendar entries and skips that fire exactly `rule_slots(spec, start, end)`."""
+    """UTC calendar entries and skips that fire exactly `rule_slots(spec, start, end)`, within
+    the years Temporal's calendar knows (2000-2100: an entry naming another year is refused)."""
+    start, end = max(start, _CALENDAR_START), min(end, _CALENDAR_END)
+    if end <= start:
+        return Compiled((), (), start, start)
     zone = spec.tz
     moves = transitions(zone, start, end)
     edges = [start, *(m.instant for m in moves), end]

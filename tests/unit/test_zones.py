@@ -311,3 +311,18 @@ def test_a_zoned_cron_whose_last_year_still_fires_in_its_zone_is_not_refused() -
     # The same cron in UTC is over by then.
     plain = ScheduleDefinition.model_validate({**entry, "timezone": None}, context={"now": now})
     assert plain.finished(now) is not None
+
+
+def test_entries_never_name_a_year_temporal_refuses() -> None:
+    # Temporal's calendar runs from 2000 to 2100; an apply in 2099 compiles to the end of 2100.
+    spec = LocalSpec(zone="Europe/Berlin", crons=("30 1 * * *",))
+    compiled = compile_local(
+        spec, datetime(2098, 1, 1, tzinfo=UTC), datetime(2103, 1, 1, tzinfo=UTC)
+    )
+    years = {r.start for entry in compiled.calendars for r in entry.year} | {
+        r.end for entry in compiled.calendars for r in entry.year
+    }
+    assert max(years) == 2100
+    assert compiled.end == datetime(2101, 1, 1, tzinfo=UTC)
+    early = compile_local(spec, datetime(1998, 1, 1, tzinfo=UTC), datetime(2001, 1, 1, tzinfo=UTC))
+    assert min(r.start for entry in early.calendars for r in entry.year) == 2000
