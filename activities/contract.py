@@ -128,6 +128,8 @@ class GuardedRunInput:
     lock_name: str
     lock_ttl_seconds: float
     heartbeat_grace_seconds: float
+    labels: dict[str, str] | None = None
+    """The schedule's labels (None: none), counted in the worker's metrics when opted in."""
     definition_digest: str = ""
     """The digest of the schedule definition this run was fired from (empty: unknown)."""
     replay: bool = False

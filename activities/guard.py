@@ -137,7 +137,7 @@ class GuardedRun:
         return outcome
 
     def _finished(self, inp: GuardedRunInput, outcome: str) -> None:
-        self._metrics.run_finished(inp.schedule_id, outcome, replay=inp.replay)
+        self._metrics.run_finished(inp.schedule_id, outcome, replay=inp.replay, labels=inp.labels)
         self._tracer.outcome(outcome)
 
     @contextmanager

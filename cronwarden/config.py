@@ -27,6 +27,7 @@ from pydantic_settings import (
 from cronwarden import redact
 from cronwarden.errors import InvalidInput
 from cronwarden.schedules.durations import parse_duration
+from cronwarden.schedules.labels import key_problem, metric_label_name
 from cronwarden.store.incidents import HORIZON_LEAD
 
 DEFAULT_TASK_QUEUE = "cronwarden"
@@ -126,6 +127,10 @@ class Settings(BaseSettings):
     metrics_schedule_label: bool = True
     """Label the worker's run counts by schedule id. Off for a fleet of many schedules: the
     counts are then per outcome only (the label is dropped, not left empty)."""
+    metrics_labels: str = ""
+    """Comma-separated schedule label keys (`team,env`) the worker's run counts are labelled by,
+    as `label_team`, `label_env`; none by default. Each key keeps at most 50 distinct values
+    per worker, later ones counted as `other` (docs/metrics.md)."""
     graceful_shutdown_seconds: float = Field(default=30.0, ge=0)
     """How long a stopping worker lets in-flight runs finish before cancelling them."""
     max_concurrent_runs: int = Field(default=10, ge=1, le=1000)
@@ -234,6 +239,23 @@ class Settings(BaseSettings):
             raise ValueError(f"must be at least 1d: {_AT_LEAST_A_DAY[str(info.field_name)]}")
         return value
 
+    @field_validator("metrics_labels", mode="after")
+    @classmethod
+    def _label_keys(cls, value: str) -> str:
+        keys = list(dict.fromkeys(k.strip() for k in value.split(",") if k.strip()))
+        for key in keys:
+            problem = key_problem(key)
+            if problem is not None:
+                raise ValueError(problem)
+        names = [metric_label_name(k) for k in keys]
+        clashing = sorted({k for k, n in zip(keys, names, strict=True) if names.count(n) > 1})
+        if clashing:
+            raise ValueError(
+                f"the keys {', '.join(clashing)} would be one Prometheus label "
+                f"({metric_label_name(clashing[0])}): name one of them"
+            )
+        return value
+
     @field_validator("outbox_retention", mode="before")
     @classmethod
     def _outbox_horizon(cls, value: Any) -> Any:
@@ -304,6 +326,10 @@ class Settings(BaseSettings):
 
     def job_modules(self) -> list[str]:
         return [m.strip() for m in self.jobs.split(",") if m.strip()]
+
+    def metrics_label_keys(self) -> list[str]:
+        """The schedule label keys `metrics_labels` names, in its order, each once."""
+        return list(dict.fromkeys(k.strip() for k in self.metrics_labels.split(",") if k.strip()))
 
 
 def _is_http_url(url: str) -> bool:

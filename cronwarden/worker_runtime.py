@@ -243,7 +243,9 @@ async def run_worker(
             installed.append(sig)
         except (NotImplementedError, RuntimeError):
             pass
-    metrics = WorkerMetrics(schedule_label=settings.metrics_schedule_label)
+    metrics = WorkerMetrics(
+        schedule_label=settings.metrics_schedule_label, label_keys=settings.metrics_label_keys()
+    )
     try:
         worker = build_worker(
             client=client,

@@ -124,6 +124,21 @@ def with_local_time(message: Mapping[str, Any], zone: str | None) -> dict[str, A
     return {**message, "summary": summary, "details": details}
 
 
+def with_labels(message: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
+    """A labelled schedule's page carrying its labels (`labels`, beside `schedule_id`), for a
+    receiver to route by. Never cut by `compacted`: they identify the page's owner, and a
+    schedule carries at most 16 short ones. A page of a schedule without labels is left as
+    it is."""
+    if not labels:
+        return dict(message)
+    return {**message, "labels": dict(sorted(labels.items()))}
+
+
+def labels_text(labels: Mapping[str, str]) -> str:
+    """`team=billing, env=prod`: the labels as one line of a page's text."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
 def compacted(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """`message` as it is, then ever smaller versions of it, the last one a few hundred bytes:
     fewer members listed, long texts cut, lists in `details` shortened, and at last no details

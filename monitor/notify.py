@@ -21,22 +21,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from structlog.typing import FilteringBoundLogger
 
 from cronwarden.logs import get_logger
-from cronwarden.monitor.messages import with_local_time
+from cronwarden.monitor.messages import with_labels, with_local_time
 from cronwarden.monitor.metrics import Metrics
 from cronwarden.monitor.sinks import BodyLimit, Http, Sink, SinkError, failure, send
 from cronwarden.monitor.sinks.breaker import Breaker, State
+from cronwarden.store import labels as label_store
 from cronwarden.store import notifications
 from cronwarden.store import zones as zone_store
 
 log = get_logger("cronwarden.monitor")
+
+T = TypeVar("T")
 
 # A send starts only with at least this share of its timeout left in the pass. One cut shorter
 # would mostly time out on a sink that is merely slow, and the claim counts it as an attempt:
@@ -207,6 +210,7 @@ async def _deliver_sink(run: _Pass, sink: Sink, lane: Lane) -> int:
                             limit=min(room, policy.batch - claimed),
                         )
                         rows = await _with_local_times(conn, rows)
+                        rows = await _with_labels(conn, rows)
                 except Exception as exc:
                     error = exc
                     continue
@@ -254,19 +258,45 @@ async def _with_local_times(
             and (r.message.get("details") or {}).get("next_expected_at")
         }
     )
+    # Without its local time a page still goes out, in UTC.
+    return await _amended(
+        conn, rows, ids, zone_store.latest_zones, with_local_time, unread="notification.zone-unread"
+    )
+
+
+async def _with_labels(conn: Any, rows: list[notifications.Claimed]) -> list[notifications.Claimed]:
+    """The rows of a labelled schedule's page with its labels (`messages.with_labels`), read
+    at delivery from the definitions `apply` recorded (one query for the batch): a page goes
+    out with the labels the schedule has when it is sent, so a relabel routes the next page."""
+    ids = sorted({str(r.message["schedule_id"]) for r in rows if r.message.get("schedule_id")})
+    # Without its labels a page still goes out (to each sink's default route).
+    return await _amended(
+        conn, rows, ids, label_store.latest_labels, with_labels, unread="notification.labels-unread"
+    )
+
+
+async def _amended(
+    conn: Any,
+    rows: list[notifications.Claimed],
+    ids: list[str],
+    read: Callable[[Any, list[str]], Awaitable[Mapping[str, T]]],
+    amend: Callable[[Mapping[str, Any], T], dict[str, Any]],
+    *,
+    unread: str,
+) -> list[notifications.Claimed]:
+    """The rows, each whose schedule `read` (one query for the batch's `ids`) found something
+    for with its message amended by it. What is read is an addition to a page: when it cannot
+    be read, the rows go out as they are (logged as `unread`), never held back."""
     if not ids:
         return rows
     try:
-        zones = await zone_store.latest_zones(conn, ids)
+        found = await read(conn, ids)
     except Exception as exc:
-        # The local time is an addition: without it the page still goes out, in UTC.
-        log.warning("notification.zone-unread", error=f"{type(exc).__name__}: {exc}")
-        return rows
-    if not zones:
+        log.warning(unread, error=f"{type(exc).__name__}: {exc}")
         return rows
     return [
-        replace(r, message=with_local_time(r.message, zones.get(str(r.message["schedule_id"]))))
-        if r.message.get("schedule_id") in zones
+        replace(r, message=amend(r.message, found[str(r.message["schedule_id"])]))
+        if r.message.get("schedule_id") in found
         else r
         for r in rows
     ]

@@ -84,6 +84,7 @@ def run_input(defn: ScheduleDefinition, *, task_queue: str) -> ScheduledRunInput
         job=defn.job,
         args=dict(defn.args),
         args_digest=defn.args_digest(),
+        labels=dict(defn.labels) or None,
         overlap=defn.overlap.value,
         lock_name=defn.lock_name,
         lock_ttl_seconds=defn.lock_ttl.total_seconds(),

@@ -35,6 +35,7 @@ from cronwarden.schedules.cron import validate_cron
 from cronwarden.schedules.duplicates import duplicates_in_file
 from cronwarden.schedules.durations import parse_duration
 from cronwarden.schedules.firing import finished_note, never_fires
+from cronwarden.schedules.labels import check_labels
 from cronwarden.schedules.spec_parts import SkipCalendar, skip_calendar, utc_instant
 from cronwarden.schedules.zones import UTC_NAMES, DstGap, LocalSpec, check_zone_name
 from cronwarden.times import format_duration
@@ -134,6 +135,14 @@ class ScheduleDefinition(BaseModel):
     dst_repeat: Literal["once", "each"] | None = None
     """A wall time that happens twice: `once` fires the first, `each` both; unset, fixed hours
     fire once and an hour field of `*` or a step fires each."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Up to 16 `key: value` pairs (team: billing) carried into pages, `list --label` and,
+    opted in, metrics; keys and values follow Kubernetes' label rules (docs/schedule-file.md)."""
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _check_labels(cls, value: object) -> object:
+        return check_labels(value)
 
     @field_validator("id", mode="after")
     @classmethod

@@ -20,6 +20,8 @@ class ScheduledRunInput:
     job: str
     args: dict[str, Any] = field(default_factory=dict)
     args_digest: str = ""
+    labels: dict[str, str] | None = None
+    """The schedule's labels (None: none), for the worker's metrics that opted into some."""
     definition_digest: str = ""
     """The digest of the definition `schedules apply` wrote (also on the heartbeat row): the
     worker's cache of next fire times is keyed by it."""

@@ -100,6 +100,7 @@ class ScheduledRunWorkflow:
             definition_digest=inp.definition_digest,
             args=inp.args,
             args_digest=inp.args_digest,
+            labels=inp.labels,
             lock_name=lock_name,
             lock_ttl_seconds=inp.lock_ttl_seconds,
             heartbeat_grace_seconds=inp.heartbeat_grace_seconds,

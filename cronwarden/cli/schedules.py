@@ -204,24 +204,45 @@ def _print_changes(
         out.print("nothing to change" if changes else "the file lists no schedules")
 
 
+LabelOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--label",
+        "-l",
+        help="Only schedules with this label: key=value, or key for any value. Repeat to "
+        "require several.",
+        show_default=False,
+    ),
+]
+
+
 @schedules_app.command("list")
-def schedules_list(as_json: JsonOption = False) -> None:
+def schedules_list(as_json: JsonOption = False, label: LabelOption = None) -> None:
     """Every schedule of the namespace; those cronwarden did not create are marked unmanaged."""
 
     async def go() -> None:
         from cronwarden.schedules.describe import listed, view_json
+        from cronwarden.schedules.labels import labels_of
         from cronwarden.schedules.local_times import with_local, zone_of_definition
+        from cronwarden.schedules.selectors import parse_selector, selected
 
+        # Before connecting: a selector that cannot be read is refused with nothing asked.
+        selector = parse_selector(label) if label else None
         async with _temporal_and_db() as (client, pool):
-            views = await listed(client, pool)
+            views = selected(await listed(client, pool), selector)
         if as_json:
-            emit_json({"schedules": [view_json(v) for v in views]})
+            # `labels` only on a labelled schedule: an unlabelled one's row keeps its shape.
+            emit_json({"schedules": [_with_labels(view_json(v), v.definition) for v in views]})
             return
         if not views:
-            out.print("no schedules")
+            out.print(f"no schedules with the labels {selector}" if selector else "no schedules")
             return
-        table = Table("id", "job", "spec", "overlap", "paused", "next fire (UTC)")
-        for v in views:
+        # The labels column only when some schedule has labels: a fleet without any keeps
+        # its table as it was.
+        shown_labels = [_labels_text(labels_of(v.definition)) for v in views]
+        columns = ["id", "job", "spec", "overlap", "paused", "next fire (UTC)"]
+        table = Table(*columns, *(["labels"] if any(shown_labels) else []))
+        for v, labels_text in zip(views, shown_labels, strict=True):
             table.add_row(
                 escape(v.schedule_id),
                 escape(v.job or ("-" if v.managed else "(unmanaged)")),
@@ -233,10 +254,22 @@ def schedules_list(as_json: JsonOption = False) -> None:
                     v.next_fire_times[0] if v.next_fire_times else None,
                     zone_of_definition(v.definition),
                 ),
+                *([escape(labels_text)] if any(shown_labels) else []),
             )
         print_wide(table)
 
     run_command(go)
+
+
+def _labels_text(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def _with_labels(row: dict[str, Any], definition: dict[str, Any] | None) -> dict[str, Any]:
+    from cronwarden.schedules.labels import labels_of
+
+    labels = labels_of(definition)
+    return {**row, "labels": dict(sorted(labels.items()))} if labels else row
 
 
 @schedules_app.command("describe")

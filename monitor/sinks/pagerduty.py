@@ -1,8 +1,8 @@
 """PagerDuty Events API v2: `trigger` and `resolve` events, grouped by
 `dedup_key = cronwarden:{schedule_id}` so a resolve closes the page its trigger opened, and a
 trigger sent twice (at-least-once delivery) is one PagerDuty incident. A fleet page's
-`custom_details` name its first schedules and their count; its link is a PagerDuty `links`
-entry."""
+`custom_details` name its first schedules and their count; a labelled schedule's page carries
+its labels in `custom_details.labels`; its link is a PagerDuty `links` entry."""
 
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ def pagerduty_event(message: Mapping[str, Any], *, routing_key: str) -> dict[str
         details["schedules"] = [s["schedule_id"] for s in message["schedules"]]
     if message.get("schedules_total"):
         details["schedules_total"] = message["schedules_total"]
+    if message.get("labels"):
+        # Where PagerDuty's event orchestration rules can route by them
+        # (`event.custom_details.labels.team`).
+        details["labels"] = dict(message["labels"])
     payload: dict[str, Any] = {
         "summary": summary,
         "source": "cronwarden",

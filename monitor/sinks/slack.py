@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from cronwarden.monitor.messages import RESOLVE, cut
+from cronwarden.monitor.messages import RESOLVE, cut, labels_text
 from cronwarden.monitor.sinks import json_body
 
 # Slack cuts a section's text at 3,000 characters and a message's `text` at 40,000: both are
@@ -32,6 +32,8 @@ def slack_payload(message: Mapping[str, Any]) -> dict[str, Any]:
         head += f"\n{_escape(cut(str(message['cause']), SECTION_LIMIT // 4))}"
     if message.get("next_command"):
         head += f"\n`{_escape(str(message['next_command']))}`"
+    if message.get("labels"):
+        head += f"\nlabels: {_escape(cut(labels_text(message['labels']), SECTION_LIMIT // 4))}"
     members = [
         f"• `{_escape(str(item['schedule_id']))}` {_escape(str(item['summary']))}"
         for item in listed

@@ -14,11 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
 
 from cronwarden.embedded import EmbeddedTemporal, free_port
-from cronwarden.worker_runtime import run_worker
-from tests.support.http_probe import http_get, http_get_text
+from tests.support.health_worker import serving_worker
+from tests.support.http_probe import http_get_text
 from tests.support.runs import start_run
 from tests.support.servers import worker_settings
-from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,20 +27,9 @@ async def health_port(
     temporal_server: EmbeddedTemporal, client: Client, pool: asyncpg.Pool, task_queue: str
 ) -> AsyncIterator[int]:
     """A worker polling `task_queue`, its health port (and /metrics) answering."""
-    port = free_port()
-    settings = worker_settings(temporal_server, task_queue, health_port=port)
-    stop = asyncio.Event()
-    worker = asyncio.create_task(run_worker(settings, client=client, pool=pool, stop=stop))
-    try:
-
-        async def ready() -> bool | None:
-            return True if (await http_get(port, "/readyz")).status == 200 else None
-
-        await wait_for(ready, timeout=30, what="the worker to be ready")
+    settings = worker_settings(temporal_server, task_queue, health_port=free_port())
+    async with serving_worker(settings, client=client, pool=pool) as port:
         yield port
-    finally:
-        stop.set()
-        await worker
 
 
 async def scrape(port: int) -> str:
