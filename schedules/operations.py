@@ -33,7 +33,7 @@ from cronwarden.schedules.inventory import (
 )
 from cronwarden.schedules.lives import delete_schedule
 from cronwarden.schedules.model import ScheduleDefinition
-from cronwarden.store import heartbeats, pause_history
+from cronwarden.store import change_log, heartbeats, pause_history
 from cronwarden.times import utc_text_or_none
 
 log = get_logger("cronwarden.schedules")
@@ -67,17 +67,27 @@ def operator_note(reason: str | None) -> str:
 
 
 async def pause(
-    client: Client, pool: asyncpg.Pool, schedule_id: str, *, reason: str | None
+    client: Client,
+    pool: asyncpg.Pool,
+    schedule_id: str,
+    *,
+    reason: str | None,
+    who: change_log.Who | None = None,
 ) -> ScheduleView:
+    """`who`: recorded in the change log, in the heartbeat row's transaction."""
     await get_managed(client, schedule_id)
     await client.get_schedule_handle(schedule_id).pause(note=operator_note(reason))
-    async with pool.acquire() as conn:
+    async with pool.acquire() as conn, conn.transaction():
         await heartbeats.pause(conn, schedule_id=schedule_id, reason=reason or OPERATOR_NOTE)
+        await _record(conn, who, change_log.PAUSE, schedule_id)
     log.info("schedule.paused", schedule_id=schedule_id, reason=reason)
     return await get_managed(client, schedule_id)
 
 
-async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> ScheduleView:
+async def unpause(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, *, who: change_log.Who | None = None
+) -> ScheduleView:
+    """`who`: recorded in the change log with the last write, once Temporal has unpaused."""
     before = await get_managed(client, schedule_id)
     # Our best guess of the next fire before Temporal runs the schedule again; the row's pause
     # and its stale deadline go together (`heartbeats.lift_pause`), then the exact next fire
@@ -94,7 +104,8 @@ async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> Sched
             await pause_history.extend_last(conn, schedule_id)
     after = await get_managed(client, schedule_id)
     next_fire = after.next_fire_times[0] if after.next_fire_times else None
-    async with pool.acquire() as conn:
+    async with pool.acquire() as conn, conn.transaction():
+        await _record(conn, who, change_log.UNPAUSE, schedule_id)
         if had_row:
             # The time spent paused is not a missed run: expect the next fire from now.
             await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
@@ -117,6 +128,17 @@ async def unpause(client: Client, pool: asyncpg.Pool, schedule_id: str) -> Sched
     return after
 
 
+async def _record(
+    conn: asyncpg.Connection,
+    who: change_log.Who | None,
+    action: str,
+    schedule_id: str,
+    details: dict[str, object] | None = None,
+) -> None:
+    if who is not None:
+        await change_log.record(conn, who, [change_log.Entry(action, schedule_id, details or {})])
+
+
 def _grace(view: ScheduleView) -> timedelta:
     raw = (view.definition or {}).get("heartbeat_grace")
     try:
@@ -137,17 +159,21 @@ async def delete_target(client: Client, pool: asyncpg.Pool, schedule_id: str) ->
     return False
 
 
-async def delete(client: Client, pool: asyncpg.Pool, schedule_id: str) -> bool:
+async def delete(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, *, who: change_log.Who | None = None
+) -> bool:
     """Remove the schedule and its heartbeat row; the outbox keeps the history of its runs.
-    Returns False when only a leftover heartbeat row was removed."""
+    Returns False when only a leftover heartbeat row was removed. `who`: recorded in the change
+    log in the heartbeat row's transaction."""
     in_temporal = await delete_target(client, pool, schedule_id)
     if in_temporal:
         # Records the end of the schedule's life first; deleted by someone else since we
         # looked is not an error: the row still goes.
         await delete_schedule(client, pool, schedule_id)
-    async with pool.acquire() as conn:
+    async with pool.acquire() as conn, conn.transaction():
         # A deleted schedule must not leave a heartbeat that the monitor pages on for ever.
         await heartbeats.delete(conn, schedule_id)
+        await _record(conn, who, change_log.DELETE, schedule_id, {"in_temporal": in_temporal})
     log.info(
         "schedule.deleted", schedule_id=schedule_id, by="schedules delete", in_temporal=in_temporal
     )

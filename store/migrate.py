@@ -46,6 +46,10 @@ BEGIN
         REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON cronwarden.schema_migrations
             FROM cronwarden_runtime;
         REVOKE UPDATE, DELETE, TRUNCATE ON cronwarden.outbox FROM cronwarden_runtime;
+        -- Created by migration 0024: absent while a database is migrated through an older one.
+        IF to_regclass('cronwarden.change_log') IS NOT NULL THEN
+            REVOKE UPDATE, DELETE, TRUNCATE ON cronwarden.change_log FROM cronwarden_runtime;
+        END IF;
     END IF;
 END
 $$;

@@ -404,6 +404,36 @@ CREATE TABLE cronwarden.applied_schedules (
 );
 
 --
+-- Name: change_log; Type: TABLE; Schema: cronwarden; Owner: -
+--
+
+CREATE TABLE cronwarden.change_log (
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT statement_timestamp() NOT NULL,
+    actor text NOT NULL,
+    action text NOT NULL,
+    schedule_id text,
+    reason text,
+    details jsonb DEFAULT '{}'::jsonb NOT NULL,
+    CONSTRAINT change_log_action_check CHECK ((action = ANY (ARRAY['apply'::text, 'pause'::text, 'unpause'::text, 'trigger'::text, 'delete'::text, 'backfill'::text]))),
+    CONSTRAINT change_log_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
+    CONSTRAINT change_log_reason_check CHECK ((length(reason) <= 2000))
+);
+
+--
+-- Name: change_log_id_seq; Type: SEQUENCE; Schema: cronwarden; Owner: -
+--
+
+ALTER TABLE cronwarden.change_log ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME cronwarden.change_log_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+--
 -- Name: definition_history; Type: TABLE; Schema: cronwarden; Owner: -
 --
 
@@ -623,6 +653,13 @@ ALTER TABLE ONLY cronwarden.applied_schedules
     ADD CONSTRAINT applied_schedules_pkey PRIMARY KEY (schedule_id);
 
 --
+-- Name: change_log change_log_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
+--
+
+ALTER TABLE ONLY cronwarden.change_log
+    ADD CONSTRAINT change_log_pkey PRIMARY KEY (id);
+
+--
 -- Name: definition_history definition_history_pkey; Type: CONSTRAINT; Schema: cronwarden; Owner: -
 --
 
@@ -697,6 +734,18 @@ ALTER TABLE ONLY cronwarden.schema_migrations
 --
 
 CREATE INDEX applied_files_latest ON cronwarden.applied_files USING btree (task_queue, sequence DESC);
+
+--
+-- Name: change_log_at; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE INDEX change_log_at ON cronwarden.change_log USING btree (at, id);
+
+--
+-- Name: change_log_schedule_at; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE INDEX change_log_schedule_at ON cronwarden.change_log USING btree (schedule_id, at DESC, id DESC);
 
 --
 -- Name: heartbeats_alert_after; Type: INDEX; Schema: cronwarden; Owner: -

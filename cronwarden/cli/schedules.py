@@ -17,6 +17,14 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from cronwarden.cli.changes import (
+    ActorOption,
+    ReasonOption,
+    applied_entries,
+    record_after,
+    triggered_entry,
+    who,
+)
 from cronwarden.cli.support import emit_json, load_settings, out, print_wide, run_command
 from cronwarden.errors import InvalidInput
 from cronwarden.times import utc_text_or_none
@@ -96,6 +104,8 @@ def schedules_apply(
         ),
     ] = False,
     as_json: JsonOption = False,
+    actor: ActorOption = None,
+    reason: ReasonOption = None,
 ) -> None:
     """Create, update (or with --prune delete) schedules to match FILE.
 
@@ -106,10 +116,11 @@ def schedules_apply(
     async def go() -> None:
         from cronwarden import temporal
         from cronwarden.activities.jobs import import_job_modules
-        from cronwarden.schedules.apply import apply_definitions
+        from cronwarden.schedules.apply import ApplyIncomplete, apply_definitions
         from cronwarden.schedules.model import load_schedule_file
         from cronwarden.store.pool import create_pool
 
+        by = who(actor, reason)
         settings = load_settings()
         if not settings.job_modules():
             raise InvalidInput(
@@ -124,17 +135,24 @@ def schedules_apply(
         # apply's lock for its whole length.
         pool = None if dry_run else await create_pool(settings.dsn, max_size=5)
         try:
-            changes = await apply_definitions(
-                client,
-                pool,
-                definitions,
-                task_queue=settings.task_queue,
-                dry_run=dry_run,
-                prune=prune,
-                verify=verify,
-                release=True,
-                force=force,
-            )
+            try:
+                changes = await apply_definitions(
+                    client,
+                    pool,
+                    definitions,
+                    task_queue=settings.task_queue,
+                    dry_run=dry_run,
+                    prune=prune,
+                    verify=verify,
+                    release=True,
+                    force=force,
+                )
+            except ApplyIncomplete as stopped:
+                # What did reach Temporal is a change made, recorded before the error is told.
+                await record_after(by, applied_entries(stopped, file), pool=pool)
+                raise
+            if pool is not None:
+                await record_after(by, applied_entries(changes, file), pool=pool)
         finally:
             if pool is not None:
                 await pool.close()
@@ -350,30 +368,36 @@ def _with_locals(data: dict[str, Any], name: str) -> list[str]:
 def schedules_pause(
     schedule_id: IdArgument,
     reason: Annotated[
-        str | None, typer.Option("--reason", help="Why; shown by `status` and in Temporal.")
+        str | None,
+        typer.Option("--reason", help="Why; shown by `status`, in Temporal and by `audit log`."),
     ] = None,
+    actor: ActorOption = None,
 ) -> None:
     """Pause a schedule as an operator: the absence monitor stays silent until `unpause`."""
 
     async def go() -> None:
         from cronwarden.schedules import operations
 
+        by = who(actor, reason)
         async with _temporal_and_db() as (client, pool):
-            v = await operations.pause(client, pool, schedule_id, reason=reason)
+            v = await operations.pause(client, pool, schedule_id, reason=by.reason, who=by)
         out.print(escape(f"{schedule_id}: paused ({v.note})"))
 
     run_command(go)
 
 
 @schedules_app.command("unpause")
-def schedules_unpause(schedule_id: IdArgument) -> None:
+def schedules_unpause(
+    schedule_id: IdArgument, actor: ActorOption = None, reason: ReasonOption = None
+) -> None:
     """Resume a schedule; the next expected fire is counted from now."""
 
     async def go() -> None:
         from cronwarden.schedules import operations
 
+        by = who(actor, reason)
         async with _temporal_and_db() as (client, pool):
-            v = await operations.unpause(client, pool, schedule_id)
+            v = await operations.unpause(client, pool, schedule_id, who=by)
         nxt = utc_text_or_none(v.next_fire_times[0]) if v.next_fire_times else "none"
         out.print(escape(f"{schedule_id}: unpaused, next fire {nxt}"))
 
@@ -381,14 +405,22 @@ def schedules_unpause(schedule_id: IdArgument) -> None:
 
 
 @schedules_app.command("trigger")
-def schedules_trigger(schedule_id: IdArgument, as_json: JsonOption = False) -> None:
+def schedules_trigger(
+    schedule_id: IdArgument,
+    as_json: JsonOption = False,
+    actor: ActorOption = None,
+    reason: ReasonOption = None,
+) -> None:
     """Start a run now, with the schedule's overlap policy."""
 
     async def go() -> None:
         from cronwarden.schedules import operations
 
+        by = who(actor, reason)
         async with _temporal() as client:
             t = await operations.trigger(client, schedule_id)
+        # Temporal alone starts the run: recorded once it has (a warning if Postgres is away).
+        await record_after(by, [triggered_entry(t)])
         if as_json:
             emit_json(
                 {
@@ -417,12 +449,15 @@ def schedules_trigger(schedule_id: IdArgument, as_json: JsonOption = False) -> N
 def schedules_delete(
     schedule_id: IdArgument,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    actor: ActorOption = None,
+    reason: ReasonOption = None,
 ) -> None:
     """Delete a schedule and its heartbeat row. The outbox keeps the history of its runs."""
 
     async def go() -> None:
         from cronwarden.schedules import operations
 
+        by = who(actor, reason)
         async with _temporal_and_db() as (client, pool):
             # Checked before asking: no confirmation for a schedule that cannot be deleted.
             in_temporal = await operations.delete_target(client, pool, schedule_id)
@@ -435,7 +470,7 @@ def schedules_delete(
                 if not typer.confirm(f"Delete the {what} '{schedule_id}'?"):
                     out.print("nothing deleted")
                     raise typer.Exit(1)
-            in_temporal = await operations.delete(client, pool, schedule_id)
+            in_temporal = await operations.delete(client, pool, schedule_id, who=by)
         if in_temporal:
             out.print(escape(f"{schedule_id}: deleted (its outbox history is kept)"))
         else:

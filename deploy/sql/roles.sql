@@ -16,7 +16,8 @@
 --                        again, or misreport it; nothing in cronwarden changes one). The deploy
 --                        files give it to the workers, the monitor and `schedules apply`; run
 --                        the other CLI commands with it too (`schedules delete` removes
---                        heartbeat rows, hence DELETE there).
+--                        heartbeat rows, hence DELETE there). `change_log`, who changed
+--                        what, is append-only the same way.
 --
 -- Neither role gets a password here: set one (ALTER ROLE cronwarden_runtime PASSWORD '...') or
 -- use your platform's IAM authentication. Your jobs' own tables are yours: grant the runtime role
@@ -164,6 +165,9 @@ DO $$
 BEGIN
     IF to_regclass('cronwarden.outbox') IS NOT NULL THEN
         REVOKE UPDATE, DELETE, TRUNCATE ON cronwarden.outbox FROM cronwarden_runtime;
+    END IF;
+    IF to_regclass('cronwarden.change_log') IS NOT NULL THEN
+        REVOKE UPDATE, DELETE, TRUNCATE ON cronwarden.change_log FROM cronwarden_runtime;
     END IF;
 END
 $$;

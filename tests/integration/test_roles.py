@@ -81,6 +81,7 @@ DML = ("SELECT", "INSERT", "UPDATE", "DELETE")
 EXCEPTIONS = {
     "schema_migrations": {"SELECT"},
     "outbox": {"SELECT", "INSERT"},
+    "change_log": {"SELECT", "INSERT"},
 }
 
 

@@ -26,5 +26,5 @@ def test_roles_sql_creates_the_ledger_with_the_statement_migrate_runs() -> None:
 
 def test_roles_sql_revokes_what_migrate_revokes_from_the_runtime_role() -> None:
     ours = revokes(RUNTIME_EXCEPTIONS)
-    assert len(ours) == 2, ours
+    assert len(ours) == 3, ours
     assert ours == revokes(ROLES_SQL.read_text())
