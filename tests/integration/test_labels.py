@@ -19,7 +19,8 @@ from temporalio.client import Client
 from cronwarden import worker_metrics
 from cronwarden.embedded import EmbeddedTemporal, free_port
 from cronwarden.schedules.apply import apply_definitions, describe_or_none
-from cronwarden.schedules.inventory import schedule_ids
+from cronwarden.schedules.inventory import action_memo, schedule_ids
+from cronwarden.schedules.mapping import DEFINITION_MEMO, DIGEST_MEMO
 from tests.support.cleanup import delete_schedules
 from tests.support.cli import cli, cli_json
 from tests.support.health_worker import serving_worker
@@ -137,6 +138,30 @@ async def test_a_file_with_a_bad_label_is_refused_whole_and_applies_nothing(
     assert await describe_or_none(client, good) is None
 
 
+# The digest the code before labels gave this definition on this task queue: Temporal must hold
+# the same one after an upgrade, or the first apply would push every existing schedule again.
+# (The run input's new `labels` needs no MAPPING_VERSION bump: an unlabelled schedule's is None,
+# as an input written before it decodes. A bump changes this digest on purpose: re-pin then.)
+_PINNED_ID = "digest-before-labels"
+_DIGEST_BEFORE_LABELS = "985f1a7f8b06abaedc4dcf0f83f3b284012cd142ed5de5cab0c4f7b56b21c3fc"
+
+
+async def test_a_utc_schedule_without_labels_keeps_its_digest_in_temporal(
+    client: Client, pool: asyncpg.Pool, created: list[str]
+) -> None:
+    created.append(_PINNED_ID)
+    defn = yearly_definition(_PINNED_ID)
+    [change] = await apply_definitions(client, pool, [defn], task_queue=_PINNED_ID)
+    assert change.action == "created"
+    desc = await describe_or_none(client, _PINNED_ID)
+    assert desc is not None
+    memo = await action_memo(client, desc)
+    assert memo[DIGEST_MEMO] == _DIGEST_BEFORE_LABELS
+    assert "labels" not in memo[DEFINITION_MEMO]
+    [again] = await apply_definitions(client, pool, [defn], task_queue=_PINNED_ID)
+    assert again.action == "unchanged"
+
+
 async def test_an_overdue_page_carries_the_schedules_labels_to_every_sink(
     client: Client,
     pool: asyncpg.Pool,
@@ -187,7 +212,8 @@ async def test_an_overdue_page_carries_the_schedules_labels_to_every_sink(
         # Relabelled by a re-apply, then recovered: the resolve goes out with the labels the
         # schedule has when it is sent.
         relabelled = yearly_definition(labelled, labels={"team": "payments"})
-        await apply_definitions(client, pool, [relabelled], task_queue=task_queue)
+        [change] = await apply_definitions(client, pool, [relabelled], task_queue=task_queue)
+        assert (change.action, change.changed_fields) == ("updated", ["labels"])
         await heartbeat_lands(pool, labelled)
 
         async def resolved() -> bool:
