@@ -146,6 +146,12 @@ class GuardedRunInput:
     covers the wait for the lease)."""
     zone: dict[str, Any] | None = None
     """A zoned schedule's `timezone`, `crons` and `dst_repeat` (None: UTC)."""
+    min_duration_seconds: float | None = None
+    """The schedule's `expected_duration.min` (None: no bound), judged at commit."""
+    max_duration_seconds: float | None = None
+    """The schedule's `expected_duration.max` (None: no bound), judged at commit."""
+    late_start_seconds: float | None = None
+    """The schedule's `late_start` (None: no bound); a replay is never judged late."""
 
 
 @dataclass

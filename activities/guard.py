@@ -270,6 +270,9 @@ class GuardedRun:
             grace=timedelta(seconds=inp.heartbeat_grace_seconds),
             write_heartbeat=True,
             replay=inp.replay,
+            min_duration=_bound(inp.min_duration_seconds),
+            max_duration=_bound(inp.max_duration_seconds),
+            late_start=_bound(inp.late_start_seconds),
         )
         return await self._holding_lease(inp, spec, ctx, record, log, job_deadline=job_deadline)
 
@@ -318,12 +321,16 @@ class GuardedRun:
             with self._phase("job", inp):
                 # Started inside the phase: spans the job makes itself (an instrumented HTTP
                 # client, say) are children of the job's span.
+                # The job's duration, judged against its bounds at commit: monotonic, so a
+                # worker's clock stepping meanwhile changes nothing.
+                job_started = time.monotonic()
                 job_task: asyncio.Future[Any] = asyncio.ensure_future(spec.func(ctx))
                 renewing = asyncio.create_task(
                     self._renew_lease(inp, record.token, lost, job_task, log),
                     name=f"lease:{ctx.logical_key}",
                 )
                 returned = await _within_timeout(job_task, job_deadline, inp)
+            job_took = timedelta(seconds=time.monotonic() - job_started)
             result = self._check_result(spec, returned, log)
             if ctx.abandoned:
                 raise TransactionAbandoned(
@@ -351,6 +358,7 @@ class GuardedRun:
                     write_heartbeat=fires.exists,
                     transaction_marker=ctx.marker,
                     commit_idle_timeout=ctx.commit_idle_timeout if ctx.in_transaction else None,
+                    duration=job_took,
                 )
                 if ctx.in_transaction and not ctx.conn.is_in_transaction():
                     # The job ended the transaction itself (a COMMIT, ROLLBACK or script): its
@@ -441,6 +449,8 @@ class GuardedRun:
             replay=record.replay,
             cached_fires_ahead=committed.fires_ahead,
             cached_fires_accepted=committed.times_accepted,
+            duration_seconds=None if record.duration is None else record.duration.total_seconds(),
+            breach=committed.breach,
         )
         return _ran(record)
 
@@ -910,6 +920,11 @@ def _not_in_rule(inp: GuardedRunInput) -> str | None:
         dst_repeat=zone.get("dst_repeat"),
     )
     return repeat_refusal(local, parse_fire_time(inp.fire_time))
+
+
+def _bound(seconds: float | None) -> timedelta | None:
+    """A run input's duration bound for the commit statement (None: unset)."""
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 def _run_deadline_seconds(info: activity.Info, inp: GuardedRunInput) -> float | None:

@@ -19,6 +19,8 @@ from cronwarden.backfill.window import Window
 from cronwarden.schedules.model import ScheduleDefinition
 
 _DURATIONS = ("every", "catchup_window", "heartbeat_grace", "lock_ttl", "timeout", "jitter")
+# Written by the definitions that set duration bounds (absent from the others).
+_BOUND_DURATIONS = ("late_start",)
 _TIMEDELTA = TypeAdapter(timedelta)
 # What `definition_json` adds to a definition's own fields (schedules/mapping.py).
 _MAPPING_KEYS = ("task_queue", "workflow", "mapping_version", "zone_compiled")
@@ -45,10 +47,16 @@ class Applied:
     def rebuilt(self) -> ScheduleDefinition:
         """The definition again, without the "can it still fire" check: it is history."""
         fields = {k: v for k, v in self.definition.items() if k not in _MAPPING_KEYS}
-        for name in _DURATIONS:
+        for name in (*_DURATIONS, *_BOUND_DURATIONS):
             # JSON writes durations in ISO 8601 (PT1M); the file's parser takes 1m only.
             if isinstance(fields.get(name), str):
                 fields[name] = _TIMEDELTA.validate_python(fields[name])
+        bounds = fields.get("expected_duration")
+        if isinstance(bounds, dict):
+            fields["expected_duration"] = {
+                k: _TIMEDELTA.validate_python(v) if isinstance(v, str) else v
+                for k, v in bounds.items()
+            }
         return ScheduleDefinition.model_validate(fields, context={"history": True})
 
     @property

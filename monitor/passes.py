@@ -254,6 +254,7 @@ class Monitor:
                 system_members=snap.system_members,
                 horizons=snap.horizons,
                 horizon_lead=self.options.horizon_lead,
+                breaches=snap.breaches,
             )
             report.watched = len(snap.watched)
             report.overdue = sum(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from cronwarden.activities.contract import fire_time_of_key
 from cronwarden.backfill.causes import next_command
 from cronwarden.redact import redact
 from cronwarden.store.incidents import (
@@ -18,8 +19,11 @@ from cronwarden.store.incidents import (
     HORIZON_LEAD,
     NEVER_RAN,
     OVERDUE,
+    RUN_BOUNDS,
     RUNNING_TOO_LONG,
     SYSTEM,
+    TOO_FAST,
+    TOO_SLOW,
 )
 from cronwarden.times import duration_text, utc_text, utc_text_or_none
 
@@ -142,11 +146,73 @@ def horizon_problem(
     return Problem(sid, HORIZON, summary, details)
 
 
+def elapsed_text(td: timedelta) -> str:
+    """A run's measured duration for people: 0.012s, 3.2s, 4m05s, 2h03m."""
+    seconds = td.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+def run_problem(beat: Mapping[str, Any]) -> Problem | None:
+    """The bound the last live run broke, as the commit statement judged it (store/runs.py):
+    `too-slow`, `too-fast` or `late-start`, or None. Not while paused by an operator. It
+    stays until the next live run is judged within its bounds (or the bounds are removed and
+    a run commits)."""
+    kind = beat.get("last_run_breach")
+    if beat["paused"] or kind not in RUN_BOUNDS:
+        return None
+    sid = beat["schedule_id"]
+    key = beat.get("last_run_key") or ""
+    started: datetime | None = beat.get("last_run_started_at")
+    took: timedelta | None = beat.get("last_run_duration")
+    fire_time = fire_time_of_key(sid, key)
+    late = started - fire_time if started is not None and fire_time is not None else None
+    details: dict[str, Any] = {
+        "logical_key": key,
+        "fire_time": utc_text_or_none(fire_time),
+        "started_at": utc_text_or_none(started),
+        "duration_seconds": None if took is None else round(took.total_seconds(), 3),
+        "late_seconds": None if late is None else int(late.total_seconds()),
+        "expected_duration": {
+            "min": _bound_text(beat.get("duration_min")),
+            "max": _bound_text(beat.get("duration_max")),
+        },
+        "late_start": _bound_text(beat.get("late_start")),
+    }
+    took_text = elapsed_text(took) if took is not None else "an unknown time"
+    if kind == TOO_SLOW:
+        summary = (
+            f"schedule {sid}: run {key} took {took_text}, longer than its expected maximum "
+            f"of {_bound_text(beat.get('duration_max'))}"
+        )
+    elif kind == TOO_FAST:
+        summary = (
+            f"schedule {sid}: run {key} took {took_text}, under its expected minimum of "
+            f"{_bound_text(beat.get('duration_min'))}: the job may have done nothing"
+        )
+    else:
+        late_text = elapsed_text(late) if late is not None else "an unknown time"
+        summary = (
+            f"schedule {sid}: run {key} started {late_text} after its fire time, later than "
+            f"its late_start of {_bound_text(beat.get('late_start'))}"
+        )
+    return Problem(sid, kind, summary, details)
+
+
+def _bound_text(value: timedelta | None) -> str | None:
+    return None if value is None else duration_text(value)
+
+
 def beat_problem(
     beat: Mapping[str, Any], now: datetime, lead: timedelta = HORIZON_LEAD
 ) -> Problem | None:
-    """The row's own problem: a missed fire first (it is happening now), else a horizon near."""
-    return heartbeat_problem(beat, now) or horizon_problem(beat, now, lead)
+    """The row's own problem: a missed fire first (it is happening now), then the bound its
+    last live run broke, else a horizon near."""
+    return heartbeat_problem(beat, now) or run_problem(beat) or horizon_problem(beat, now, lead)
 
 
 def lease_problem(lease: Mapping[str, Any], now: datetime) -> Problem:
@@ -181,16 +247,24 @@ def plan(
     system_members: Collection[str] = (),
     horizons: Sequence[Mapping[str, Any]] = (),
     horizon_lead: timedelta = HORIZON_LEAD,
+    breaches: Sequence[Mapping[str, Any]] = (),
 ) -> Plan:
     """Decide the pass. A run holding its lease too long is the more specific diagnosis of a
-    schedule that is also overdue (its next fires are being skipped), so it wins. A horizon
-    near is the least urgent: a schedule has one open incident at a time, so an overdue one
-    replaces it, and it comes back (pages again) once the schedule runs again.
+    schedule that is also overdue (its next fires are being skipped), so it wins. Missed fires
+    come next, then a bound the last live run broke (too slow, too fast, started late: it
+    happened, but the schedule still runs), and a horizon near is the least urgent: a schedule
+    has one open incident at a time, so a more urgent one replaces it, and it comes back (pages
+    again) once that one is over.
     `system_members`: schedules that have been members of the open system incident.
-    `horizons`: rows whose compiled horizon is within `horizon_lead`."""
+    `horizons`: rows whose compiled horizon is within `horizon_lead`.
+    `breaches`: rows whose last live run broke a duration bound."""
     problems: dict[str, Problem] = {}
     for beat in horizons:
         found = horizon_problem(beat, now, horizon_lead)
+        if found is not None:
+            problems[found.schedule_id] = found
+    for beat in breaches:
+        found = run_problem(beat)
         if found is not None:
             problems[found.schedule_id] = found
     for beat in overdue:

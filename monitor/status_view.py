@@ -27,10 +27,12 @@ import asyncpg
 from cronwarden.activities.contract import fire_time_of_key
 from cronwarden.monitor import timeline
 from cronwarden.monitor.grids import GridCache, SlotCause
+from cronwarden.monitor.scan import elapsed_text
 from cronwarden.schedules.health import LATE, OK, OVERDUE, PAUSED, RUNNING, derive_health
 from cronwarden.schedules.run_ids import REPLAY_INFIX
 from cronwarden.store import heartbeats, incidents, locks, outbox
 from cronwarden.store import zones as zone_store
+from cronwarden.store.runs import recent_timings
 
 INCIDENT = "incident"
 """Health shown for a schedule with an open incident, whatever its heartbeat says."""
@@ -50,6 +52,28 @@ class PageLimits:
     """Slots on one schedule's own page."""
     fresh_for: float = 5.0
     """Seconds one read serves every request that asks for the same page."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunTiming:
+    """One committed run's start and duration, set against the schedule's bounds."""
+
+    logical_key: str
+    fire_time: datetime
+    started_at: datetime
+    duration: timedelta
+    breach: str | None
+    """The bound it broke, as its commit judged it (`too-fast`, `too-slow`, `late-start`)."""
+    replay: bool
+
+    @property
+    def duration_text(self) -> str:
+        return elapsed_text(self.duration)
+
+    @property
+    def start_lag_text(self) -> str:
+        """How long after its nominal fire time the job started."""
+        return elapsed_text(max(self.started_at - self.fire_time, timedelta(0)))
 
 
 @dataclass(slots=True)
@@ -81,6 +105,12 @@ class ScheduleStatus:
     timezone: str | None = None
     """A zoned schedule's zone, from its latest recorded definition (None: UTC, or not read):
     its times are shown in local time beside UTC."""
+    duration_min: timedelta | None = None
+    """The bounds the last live run was judged by (None: unset, or no run judged yet)."""
+    duration_max: timedelta | None = None
+    late_start: timedelta | None = None
+    runs: list[RunTiming] | None = None
+    """The recent runs' durations, newest first (None: not read for this view)."""
 
     def count(self, state: str) -> int:
         return sum(s.state == state for s in self.slots or [])
@@ -215,8 +245,27 @@ async def read_one(
         return None
     shown = [replace(found)]
     view = _view(ranking, grids, shown)
+    await _fill_runs(pool, shown[0], n=limits.detail_slots)
     await _fill_timelines(pool, grids, shown, n=limits.detail_slots)
     return view
+
+
+async def _fill_runs(pool: asyncpg.Pool, s: ScheduleStatus, *, n: int) -> None:
+    """The schedule's recent runs with their recorded start and duration (one schedule's page
+    only: the overview shows no durations)."""
+    async with pool.acquire() as conn:
+        rows = await recent_timings(conn, s.schedule_id, limit=n)
+    s.runs = [
+        RunTiming(
+            logical_key=r["logical_key"],
+            fire_time=r["fire_time"],
+            started_at=r["started_at"],
+            duration=r["duration"],
+            breach=r["breach"],
+            replay=r["workflow_id"] is not None and REPLAY_INFIX in r["workflow_id"],
+        )
+        for r in rows
+    ]
 
 
 def _view(ranking: Ranking, grids: GridCache, shown: list[ScheduleStatus]) -> StatusView:
@@ -250,6 +299,9 @@ def _status(
         lease_skip=(
             timeline.LeaseSkip(skip_key, beat.get("last_lease_skip_holder")) if skip_key else None
         ),
+        duration_min=beat.get("duration_min"),
+        duration_max=beat.get("duration_max"),
+        late_start=beat.get("late_start"),
     )
 
 

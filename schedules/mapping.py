@@ -79,6 +79,7 @@ def zone_of(defn: ScheduleDefinition) -> dict[str, Any] | None:
 
 
 def run_input(defn: ScheduleDefinition, *, task_queue: str) -> ScheduledRunInput:
+    bounds = defn.expected_duration
     return ScheduledRunInput(
         schedule_id=defn.id,
         job=defn.job,
@@ -93,7 +94,15 @@ def run_input(defn: ScheduleDefinition, *, task_queue: str) -> ScheduledRunInput
         max_attempts=defn.max_attempts,
         definition_digest=definition_digest(defn, task_queue=task_queue),
         zone=zone_of(defn),
+        min_duration_seconds=_seconds(bounds.min if bounds is not None else None),
+        max_duration_seconds=_seconds(bounds.max if bounds is not None else None),
+        late_start_seconds=_seconds(defn.late_start),
     )
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    """A run input's bound in seconds (None: unset)."""
+    return None if value is None else value.total_seconds()
 
 
 def definition_json(defn: ScheduleDefinition, *, task_queue: str) -> dict[str, Any]:

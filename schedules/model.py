@@ -83,6 +83,54 @@ SPEC_EXTRAS = (
 )
 
 
+# Floors of the run bounds, with the reason each exists (shown to the user when refused).
+_DURATION_BOUND_FLOOR = (timedelta(seconds=1), "durations are whole seconds or more")
+_LATE_START_FLOOR = (
+    timedelta(seconds=30),
+    "Temporal starts a fire some seconds after its time on a busy cluster, so a shorter bound "
+    "would page on ordinary lag",
+)
+
+
+def _bound_duration(value: object, floor: tuple[timedelta, str]) -> timedelta:
+    """A bound's duration, refused below its floor with the floor's reason."""
+    duration = _duration(value)
+    if duration < floor[0]:
+        raise ValueError(
+            f"{format_duration(duration)} is below the minimum of "
+            f"{format_duration(floor[0])} ({floor[1]})"
+        )
+    return duration
+
+
+class ExpectedDuration(BaseModel):
+    """How long a run of the schedule should take, judged when it ends: a run done in less than
+    `min` (the job did nothing?) or more than `max` pages."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    min: timedelta | None = None
+    """A run that ends sooner than this pages `too-fast`."""
+    max: timedelta | None = None
+    """A run that ends later than this pages `too-slow` (it must be below `timeout`)."""
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _parse_bound(cls, value: object) -> object:
+        return None if value is None else _bound_duration(value, _DURATION_BOUND_FLOOR)
+
+    @model_validator(mode="after")
+    def _check_order(self) -> ExpectedDuration:
+        if self.min is None and self.max is None:
+            raise ValueError("give `min`, `max` or both (e.g. {min: 5s, max: 10m}), or remove it")
+        if self.min is not None and self.max is not None and self.min >= self.max:
+            raise ValueError(
+                f"min ({format_duration(self.min)}) must be shorter than max "
+                f"({format_duration(self.max)})"
+            )
+        return self
+
+
 class ScheduleDefinition(BaseModel):
     """One entry of a schedule file, validated on its own (job checks need a registry)."""
 
@@ -126,6 +174,48 @@ class ScheduleDefinition(BaseModel):
     """Dates (2026-12-25) or calendar entries ({day_of_week: sat,sun}) on which nothing fires."""
     jitter: timedelta | None = None
     """Each fire starts up to this much after its nominal time; the logical key stays nominal."""
+    expected_duration: ExpectedDuration | None = None
+    """How long a run should take ({min: 5s, max: 10m}): a run that ends outside it pages."""
+    late_start: timedelta | None = None
+    """A live run whose job starts this long after its nominal fire time pages `late-start`;
+    counted from the nominal time, so jitter counts and `late_start` must exceed it."""
+
+    @field_validator("expected_duration", mode="before")
+    @classmethod
+    def _check_expected_duration(cls, value: object) -> object:
+        if value is not None and not isinstance(value, dict | ExpectedDuration):
+            raise ValueError(f"expected a mapping such as {{min: 5s, max: 10m}}, got {value!r}")
+        return value
+
+    @field_validator("late_start", mode="before")
+    @classmethod
+    def _parse_late_start(cls, value: object) -> object:
+        return None if value is None else _bound_duration(value, _LATE_START_FLOOR)
+
+    @model_validator(mode="after")
+    def _check_run_bounds(self) -> ScheduleDefinition:
+        bounds = self.expected_duration
+        if bounds is not None and bounds.max is not None and bounds.max >= self.timeout:
+            # The guard cancels the job at its timeout, and a cancelled run records no duration.
+            raise ValueError(
+                f"`expected_duration.max` ({format_duration(bounds.max)}) must be shorter "
+                f"than `timeout` ({format_duration(self.timeout)}): a run is cancelled at its "
+                "timeout, so it could never end later than max"
+            )
+        if bounds is not None and bounds.min is not None and bounds.min >= self.timeout:
+            raise ValueError(
+                f"`expected_duration.min` ({format_duration(bounds.min)}) must be shorter "
+                f"than `timeout` ({format_duration(self.timeout)}): every run would page"
+            )
+        late, jitter = self.late_start, self.jitter
+        if late is not None and jitter is not None and late <= jitter:
+            raise ValueError(
+                f"`late_start` ({format_duration(late)}) must be longer than "
+                f"`jitter` ({format_duration(jitter)}): lateness counts from the "
+                "nominal fire time, which jitter alone may delay by up to its length"
+            )
+        return self
+
     timezone: str | None = None
     """IANA zone (Europe/Berlin) whose wall clock `cron` and `exclude` name; UTC when unset.
     Logical keys stay UTC instants; daylight saving follows the rule in docs/time-zones.md."""
@@ -678,11 +768,11 @@ def _pydantic_problem(err: ErrorDetails) -> str:
         if len(loc) == 1:
             known = list(ScheduleDefinition.model_fields)
             return f": unknown field '{field}'{_suggest(field, known)}"
-        # Inside an exclusion: name the key and the exclusion it sits in.
+        # Inside an exclusion or the duration bounds: name the key and where it sits.
         name = str(loc[-1])
+        inner = ExpectedDuration if field == "expected_duration" else SkipCalendar
         return (
-            f", field '{where}': unknown field '{name}'"
-            f"{_suggest(name, list(SkipCalendar.model_fields))}"
+            f", field '{where}': unknown field '{name}'{_suggest(name, list(inner.model_fields))}"
         )
     return f", field '{where}': {_message(err)}"
 

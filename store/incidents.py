@@ -23,6 +23,15 @@ SYSTEM = "system"
 HORIZON = "horizon"
 """A local-time schedule whose compiled entries end soon: past them Temporal fires nothing."""
 
+TOO_FAST = "too-fast"
+"""The last live run ended sooner than its `expected_duration.min`: did the job do nothing?"""
+TOO_SLOW = "too-slow"
+"""The last live run ended later than its `expected_duration.max`."""
+LATE_START = "late-start"
+"""The last live run's job started more than `late_start` after its nominal fire time."""
+RUN_BOUNDS = (TOO_SLOW, TOO_FAST, LATE_START)
+"""The kinds a run's bounds page with, as the commit statement picks one per run."""
+
 HORIZON_LEAD = timedelta(days=30)
 """How long before a compiled horizon a `horizon` incident opens, unless configured
 (`monitor_horizon_lead`): time for a re-apply before the last compiled fire."""
@@ -41,6 +50,10 @@ SELECT $1, $2, $3, $4::jsonb, $5
            SELECT 1 FROM cronwarden.heartbeats h
             WHERE h.schedule_id = $1 AND NOT h.paused
               AND h.compiled_until <= now() + $6::interval)
+       WHEN $2 IN ('too-fast', 'too-slow', 'late-start') THEN EXISTS (
+           -- Still the last live run's judgement: a run within bounds since clears it.
+           SELECT 1 FROM cronwarden.heartbeats h
+            WHERE h.schedule_id = $1 AND NOT h.paused AND h.last_run_breach = $2)
        ELSE EXISTS (
            SELECT 1 FROM cronwarden.heartbeats h
             WHERE h.schedule_id = $1 AND NOT h.paused AND h.alert_after < now())

@@ -10,6 +10,12 @@ BEGIN, and a job that took long would pick a fire that has already passed by its
 Every time it writes is that clock too (the last success, the outbox record's `committed_at`,
 the released lease's `expires_at`, the last replay): a job that held its transaction for an
 hour committed at its end, not at its start.
+
+The run's duration bounds are judged here too, in the same statement (no round trip of their
+own): its start is when its lease was taken (the lock row's `acquired_at`, the database's
+clock; the job starts right after), its duration the job's own, measured by the worker's
+monotonic clock from the job's start to its return. The bound broken (`breach`) goes on the
+outbox record, and a live run's on the heartbeat row, where the monitor reads it.
 """
 
 from __future__ import annotations
@@ -31,13 +37,23 @@ WITH fence AS (
        SET holder = NULL, expires_at = statement_timestamp()
      WHERE name = $1 AND token = $2
        AND ($17::text IS NULL OR current_setting('cronwarden.run_marker', true) = $17)
-    RETURNING token
+    RETURNING token, acquired_at
+), judged AS (
+    -- One bound per run: a duration out of bounds first (it says what the job did), then a
+    -- late start, which a replay never is (it runs a past fire on purpose). A NULL bound or
+    -- duration compares to NULL and breaks nothing.
+    SELECT CASE WHEN $20::interval > $22::interval THEN 'too-slow'
+                WHEN $20::interval < $21::interval THEN 'too-fast'
+                WHEN NOT $16 AND fence.acquired_at - $5 > $23::interval THEN 'late-start'
+           END AS breach
+      FROM fence
 ), recorded AS (
     INSERT INTO cronwarden.outbox AS o
            (logical_key, schedule_id, fire_time, result, committed_at, attempt, fencing_token,
-            worker, args_digest, workflow_id, run_id)
-    SELECT $3, $4, $5, $6::jsonb, statement_timestamp(), $7, fence.token, $8, $9, $10, $11
-      FROM fence
+            worker, args_digest, workflow_id, run_id, started_at, duration, breach)
+    SELECT $3, $4, $5, $6::jsonb, statement_timestamp(), $7, fence.token, $8, $9, $10, $11,
+           fence.acquired_at, $20::interval, judged.breach
+      FROM fence, judged
     -- The one unique index is (logical_key, fire_time) (partitioned by fire time, migration
     -- 0019); no arbiter named, so the statement reads the same on an outbox not yet converted.
     ON CONFLICT DO NOTHING
@@ -67,8 +83,17 @@ WITH fence AS (
             h.next_expected_at) END,
         grace = $13,
         last_error = NULL,
+        -- The last live run's judgement: the monitor pages while it names a broken bound,
+        -- and resolves once a run within its bounds clears it.
+        duration_min = $21::interval,
+        duration_max = $22::interval,
+        late_start = $23::interval,
+        last_run_key = $3,
+        last_run_started_at = (SELECT acquired_at FROM fence),
+        last_run_duration = $20::interval,
+        last_run_breach = judged.breach,
         updated_at = statement_timestamp()
-      FROM recorded
+      FROM recorded, judged
      WHERE h.schedule_id = $4 AND $14 AND NOT $16
     RETURNING h.definition_digest IS NULL OR h.definition_digest = $15 AS times_accepted
 ), replayed AS (
@@ -105,7 +130,8 @@ SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
        (SELECT count(*) FROM unnest($12::timestamptz[]) AS t WHERE t > statement_timestamp())
            AS fires_ahead,
        COALESCE((SELECT times_accepted FROM beat), false) AS times_accepted,
-       statement_timestamp() AS database_now
+       statement_timestamp() AS database_now,
+       (SELECT breach FROM judged) AS breach
 """
 
 # Sent by `ctx.transaction()` right after BEGIN, in the same round trip as each other (a simple
@@ -167,6 +193,14 @@ class CommitRecord:
     commit_idle_timeout: str | None = None
     """How long the job's transaction may sit idle between this statement and COMMIT (e.g.
     '60000ms'); None when there is no job transaction."""
+    duration: timedelta | None = None
+    """How long the job took, from its start to its return (None: not measured)."""
+    min_duration: timedelta | None = None
+    """The schedule's `expected_duration.min` (None: no bound)."""
+    max_duration: timedelta | None = None
+    """The schedule's `expected_duration.max` (None: no bound)."""
+    late_start: timedelta | None = None
+    """The schedule's `late_start` (None: no bound)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +217,8 @@ class CommitOutcome:
     """The heartbeat row took cached times (their definition digest matched the row's)."""
     database_now: datetime | None = None
     """The statement's time by the database's clock."""
+    breach: str | None = None
+    """The bound the run broke (`too-fast`, `too-slow`, `late-start`), or None."""
 
 
 async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
@@ -207,6 +243,10 @@ async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
         rec.transaction_marker,
         rec.schedule_finished,
         rec.commit_idle_timeout,
+        rec.duration,
+        rec.min_duration,
+        rec.max_duration,
+        rec.late_start,
     )
     return CommitOutcome(
         fenced=row["fenced"],
@@ -215,4 +255,21 @@ async def commit_run(conn: Any, rec: CommitRecord) -> CommitOutcome:
         fires_ahead=row["fires_ahead"],
         times_accepted=row["times_accepted"],
         database_now=row["database_now"],
+        breach=row["breach"],
     )
+
+
+# The schedule's newest runs that recorded a start (records from before migration 0026 have
+# none), by the outbox's (schedule_id, fire_time) index.
+_RECENT_TIMINGS = """
+SELECT logical_key, fire_time, started_at, duration, breach, workflow_id
+  FROM cronwarden.outbox
+ WHERE schedule_id = $1 AND started_at IS NOT NULL
+ ORDER BY fire_time DESC
+ LIMIT $2
+"""
+
+
+async def recent_timings(conn: Any, schedule_id: str, *, limit: int) -> list[dict[str, Any]]:
+    """The newest `limit` runs of the schedule with their start, duration and broken bound."""
+    return [dict(r) for r in await conn.fetch(_RECENT_TIMINGS, schedule_id, limit)]

@@ -471,7 +471,15 @@ CREATE TABLE cronwarden.heartbeats (
     last_replay_error text,
     last_replay_error_key text,
     last_replay_error_at timestamp with time zone,
-    compiled_until timestamp with time zone
+    compiled_until timestamp with time zone,
+    duration_min interval,
+    duration_max interval,
+    late_start interval,
+    last_run_key text,
+    last_run_started_at timestamp with time zone,
+    last_run_duration interval,
+    last_run_breach text,
+    CONSTRAINT heartbeats_last_run_breach_check CHECK ((last_run_breach = ANY (ARRAY['too-fast'::text, 'too-slow'::text, 'late-start'::text])))
 );
 
 --
@@ -488,7 +496,7 @@ CREATE TABLE cronwarden.incidents (
     opened_at timestamp with time zone DEFAULT now() NOT NULL,
     resolved_at timestamp with time zone,
     resolution text,
-    CONSTRAINT incidents_kind_check CHECK ((kind = ANY (ARRAY['overdue'::text, 'never-ran'::text, 'running-too-long'::text, 'system'::text, 'horizon'::text])))
+    CONSTRAINT incidents_kind_check CHECK ((kind = ANY (ARRAY['overdue'::text, 'never-ran'::text, 'running-too-long'::text, 'system'::text, 'horizon'::text, 'too-fast'::text, 'too-slow'::text, 'late-start'::text])))
 );
 
 --
@@ -611,7 +619,10 @@ CREATE TABLE cronwarden.outbox (
     worker text NOT NULL,
     args_digest text NOT NULL,
     workflow_id text,
-    run_id text
+    run_id text,
+    started_at timestamp with time zone,
+    duration interval,
+    breach text
 )
 PARTITION BY RANGE (fire_time);
 
@@ -758,6 +769,12 @@ CREATE INDEX heartbeats_alert_after ON cronwarden.heartbeats USING btree (alert_
 --
 
 CREATE INDEX heartbeats_compiled_until ON cronwarden.heartbeats USING btree (compiled_until) WHERE ((compiled_until IS NOT NULL) AND (NOT paused));
+
+--
+-- Name: heartbeats_last_run_breach; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE INDEX heartbeats_last_run_breach ON cronwarden.heartbeats USING btree (schedule_id) WHERE ((last_run_breach IS NOT NULL) AND (NOT paused));
 
 --
 -- Name: heartbeats_next_expected; Type: INDEX; Schema: cronwarden; Owner: -

@@ -1,6 +1,7 @@
 """What the absence monitor reads, in one consistent snapshot: overdue heartbeats (by the
-indexed `alert_after` deadline), local-time schedules near their compiled horizon, leases held
-past their run deadline, and the open incidents."""
+indexed `alert_after` deadline), local-time schedules near their compiled horizon, schedules
+whose last live run broke a duration bound, leases held past their run deadline, and the open
+incidents."""
 
 from __future__ import annotations
 
@@ -8,26 +9,40 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+# What the monitor reads of a heartbeat row, whichever query found it.
+_COLUMNS = """
+schedule_id, next_expected_at, grace, last_success_at, last_error, paused, compiled_until,
+last_fire_time, last_run_key, last_run_started_at, last_run_duration, last_run_breach,
+duration_min, duration_max, late_start"""
+
 # The hot query. `alert_after = next_expected_at + grace` is kept by a trigger and indexed with
 # the same `WHERE NOT paused` predicate, so this is a range scan over the overdue rows only.
-OVERDUE = """
-SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused, compiled_until
+OVERDUE = f"""
+SELECT {_COLUMNS}
   FROM cronwarden.heartbeats
  WHERE NOT paused AND alert_after < now()
  ORDER BY alert_after
 """
 
-_BY_IDS = """
-SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused, compiled_until
+_BY_IDS = f"""
+SELECT {_COLUMNS}
   FROM cronwarden.heartbeats
  WHERE schedule_id = ANY($1::text[])
+"""
+
+# Schedules whose last live run broke a duration bound (index of migration 0026).
+BREACHES = f"""
+SELECT {_COLUMNS}
+  FROM cronwarden.heartbeats
+ WHERE last_run_breach IS NOT NULL AND NOT paused
+ ORDER BY schedule_id
 """
 
 # Local-time schedules whose compiled entries end within the lead (or have ended): past the
 # horizon Temporal fires nothing and the row's deadline goes empty, so only this finds them.
 # A range scan over the zoned, unpaused rows (index of migration 0023).
-HORIZONS = """
-SELECT schedule_id, next_expected_at, grace, last_success_at, last_error, paused, compiled_until
+HORIZONS = f"""
+SELECT {_COLUMNS}
   FROM cronwarden.heartbeats
  WHERE compiled_until IS NOT NULL AND NOT paused AND compiled_until <= now() + $1::interval
  ORDER BY compiled_until
@@ -71,6 +86,8 @@ class Snapshot:
     overdue: list[dict[str, Any]]
     horizons: list[dict[str, Any]]
     """Unpaused heartbeats whose compiled horizon is within the lead of the snapshot's time."""
+    breaches: list[dict[str, Any]]
+    """Unpaused heartbeats whose last live run broke a duration bound."""
     incident_heartbeats: list[dict[str, Any]]
     """Heartbeat rows of the schedules with an open incident (absent: the row was deleted)."""
     overlong: list[dict[str, Any]]
@@ -87,6 +104,7 @@ async def snapshot(conn: Any, *, horizon_lead: timedelta) -> Snapshot:
         now: datetime = await conn.fetchval("SELECT now()")
         overdue = [dict(r) for r in await conn.fetch(OVERDUE)]
         horizons = [dict(r) for r in await conn.fetch(HORIZONS, horizon_lead)]
+        breaches = [dict(r) for r in await conn.fetch(BREACHES)]
         incidents = [dict(r) for r in await conn.fetch(_OPEN_INCIDENTS)]
         ids = sorted({i["schedule_id"] for i in incidents if i["schedule_id"] is not None})
         by_ids = [dict(r) for r in await conn.fetch(_BY_IDS, ids)] if ids else []
@@ -97,6 +115,7 @@ async def snapshot(conn: Any, *, horizon_lead: timedelta) -> Snapshot:
         now=now,
         overdue=overdue,
         horizons=horizons,
+        breaches=breaches,
         incident_heartbeats=by_ids,
         overlong=overlong,
         open_incidents=incidents,

@@ -44,3 +44,11 @@ class ScheduledRunInput:
     lock_wait_seconds: float | None = None
     """Set by `backfill run`: how long a replay may wait for the lease. Live fires wait at most
     their timeout."""
+    min_duration_seconds: float | None = None
+    """`expected_duration.min`: a run whose job ends sooner is recorded `too-fast` (None: no
+    bound; inputs written before bounds existed decode with none)."""
+    max_duration_seconds: float | None = None
+    """`expected_duration.max`: a run whose job ends later is recorded `too-slow`."""
+    late_start_seconds: float | None = None
+    """`late_start`: a live run whose job starts this long after its nominal fire time is
+    recorded `late-start` (replays are never judged late)."""

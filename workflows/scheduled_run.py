@@ -112,6 +112,9 @@ class ScheduledRunWorkflow:
             per_key_lease=inp.overlap == "allow_all",
             timeout_seconds=inp.timeout_seconds,
             zone=inp.zone,
+            min_duration_seconds=inp.min_duration_seconds,
+            max_duration_seconds=inp.max_duration_seconds,
+            late_start_seconds=inp.late_start_seconds,
         )
         waiting = (
             timedelta(seconds=inp.lock_wait_seconds)
