@@ -225,6 +225,38 @@ async def test_an_overdue_page_carries_the_schedules_labels_to_every_sink(
     assert resolve["labels"] == {"team": "payments"}
 
 
+async def test_a_deleted_schedules_resolve_still_carries_its_last_labels(
+    client: Client,
+    pool: asyncpg.Pool,
+    database: str,
+    task_queue: str,
+    receiver: Receiver,
+    cli_env: dict[str, str],
+    created: list[str],
+) -> None:
+    sid = new_id("deleted")
+    created.append(sid)
+    labels = {"team": "billing"}
+    await apply_definitions(
+        client, pool, [yearly_definition(sid, labels=labels)], task_queue=task_queue
+    )
+    await expected_ago(pool, sid, "1 hour")
+    async with monitoring(database, receiver) as monitor:
+
+        async def paged(event: str) -> bool:
+            await passes(monitor)
+            return bool(events(receiver, schedule_id=sid, event=event))
+
+        await wait_for(lambda: paged("trigger"), timeout=30, what="the trigger")
+        deleted = await cli(cli_env, "schedules", "delete", sid, "--yes")
+        assert deleted.code == 0, deleted.stderr
+        await wait_for(lambda: paged("resolve"), timeout=30, what="the resolve")
+    [resolve] = events(receiver, schedule_id=sid, event="resolve")
+    # Its delete is the latest row of its history; the resolve still goes where the trigger went.
+    assert resolve["resolution"] == "schedule-deleted"
+    assert resolve["labels"] == labels
+
+
 @pytest_asyncio.fixture(loop_scope="session")
 async def labelled_worker(
     temporal_server: EmbeddedTemporal,
