@@ -317,7 +317,9 @@ class GuardedRun:
         # outbox conflict rolls the job's writes back.)
         phase = "job"
         try:
-            log.info("run.started", lock=inp.lock_name)
+            # Which args this run applies, with its key: a trigger or a backfill may give other
+            # args than the schedule's (the outbox keeps only their digest).
+            log.info("run.started", lock=inp.lock_name, args_digest=inp.args_digest, args=inp.args)
             with self._phase("job", inp):
                 # Started inside the phase: spans the job makes itself (an instrumented HTTP
                 # client, say) are children of the job's span.

@@ -56,6 +56,7 @@ from cronwarden.backfill.plan import Judged, ManagedSchedule, keys_of
 from cronwarden.backfill.spec_history import UNRECORDED, Applied
 from cronwarden.logs import get_logger
 from cronwarden.schedules.mapping import execution_timeout, run_input
+from cronwarden.schedules.overridden_args import OverriddenArgs
 from cronwarden.schedules.run_ids import replay_workflow_id
 from cronwarden.times import utc_text
 from cronwarden.workflows.scheduled_run import WORKFLOW_NAME, ScheduledRunInput
@@ -93,15 +94,29 @@ class RunDefinition:
     execution_timeout: timedelta | None = field(compare=False)
     applied_at: datetime | None = None
     digest: str | None = None
+    args_from: str | None = None
+    """Where the args that replaced the definition's own came from (`--args-file`), else None."""
 
     def as_json(self) -> dict[str, Any]:
+        overridden = (
+            {"args_from": self.args_from, "args_digest": self.run_input.args_digest}
+            if self.args_from is not None
+            else {}
+        )
         return {
             "source": self.source,
             "applied_at": utc_text(self.applied_at) if self.applied_at else None,
             "digest": self.digest,
-        }
+        } | overridden
 
     def text(self) -> str:
+        return self._definition_text() + (
+            f", with the args of {self.args_from} (args digest {self.run_input.args_digest})"
+            if self.args_from is not None
+            else ""
+        )
+
+    def _definition_text(self) -> str:
         if self.applied_at is None:
             return "the current definition"
         if self.source == UNRECORDED:
@@ -110,6 +125,13 @@ class RunDefinition:
                 f"{self.digest}; its history row was lost)"
             )
         return f"the definition applied {utc_text(self.applied_at)} (digest {self.digest})"
+
+    def with_args(self, given: OverriddenArgs | None) -> RunDefinition:
+        """This definition with `given` args in place of its own (None: as it is)."""
+        if given is None:
+            return self
+        inp = replace(self.run_input, args=dict(given.args), args_digest=given.digest)
+        return replace(self, run_input=inp, args_from=given.source)
 
 
 def current_definition(schedule: ManagedSchedule) -> RunDefinition:
@@ -140,6 +162,10 @@ class Definitions:
 
     With `with_current` such a key runs the live schedule's definition instead (reported as
     `current`), which is what the operator asked for.
+
+    With `args` (`--args-file`, checked against the live job's model before anything starts)
+    every key runs them in place of its definition's own: a recorded definition is then not
+    judged by its recorded args, which no replay will use.
     """
 
     def __init__(
@@ -150,10 +176,12 @@ class Definitions:
         *,
         with_current: bool = False,
         registry: JobRegistry | None = None,
+        args: OverriddenArgs | None = None,
     ) -> None:
         self._schedule = schedule
         self._registry = registry
-        self._current = current_definition(schedule)
+        self._args = args
+        self._current = current_definition(schedule).with_args(args)
         self._with_current = with_current
         self._parts = list(judged)
         self._starts = [int(j.window.start.timestamp()) for j in self._parts]
@@ -197,7 +225,7 @@ class Definitions:
                 f"the definition in force then (applied {utc_text(applied_at)}) ran job "
                 f"'{defn.job}', the schedule runs '{live_job}' now"
             )
-        if self._registry is not None:
+        if self._registry is not None and self._args is None:
             try:
                 self._registry.get(defn.job).validate_args(defn.args)
             except (UnknownJob, InvalidArgs) as exc:
@@ -220,7 +248,8 @@ class Definitions:
         # it names the definition that judged the key.
         inp = replace(inp, definition_digest=applied.digest)
         source = UNRECORDED if applied.inferred == UNRECORDED else HISTORY
-        return RunDefinition(source, inp, execution_timeout(defn), applied_at, applied.digest)
+        chosen = RunDefinition(source, inp, execution_timeout(defn), applied_at, applied.digest)
+        return chosen.with_args(self._args)
 
 
 @dataclass(frozen=True)
@@ -233,6 +262,9 @@ class ReplayResult:
     detail: str | None = None
     definition: RunDefinition | None = None
     """What the replay ran; None for a skipped key."""
+    args_mismatch: bool = False
+    """`already-done` with other args than the replay's: an args conflict, reported, never
+    re-run."""
 
 
 SKIPPED = "skipped"
@@ -247,6 +279,8 @@ class Summary:
     only counts runs started."""
     by_definition: dict[RunDefinition, int] = field(default_factory=dict)
     """How many keys each definition replayed (whatever their outcome)."""
+    conflicts: list[ReplayResult] = field(default_factory=list)
+    """Keys found done with other args than their replay's (counted `already-done` too)."""
 
     def add(self, result: ReplayResult) -> None:
         if result.outcome == SKIPPED:
@@ -255,6 +289,8 @@ class Summary:
         self.counts[result.outcome] = self.counts.get(result.outcome, 0) + 1
         if result.outcome == FAILED:
             self.failures.append(result)
+        if result.args_mismatch:
+            self.conflicts.append(result)
         if result.definition is not None:
             self.by_definition[result.definition] = self.by_definition.get(result.definition, 0) + 1
 
@@ -322,7 +358,13 @@ async def replay_one(
         )
         return ReplayResult(key, workflow_id, SKIPPED, chosen)
     inp = replace(chosen.run_input, fire_time=format_fire_time(fire_time), replay=True)
-    bound = log.bind(schedule_id=schedule.schedule_id, logical_key=key, workflow_id=workflow_id)
+    # The args it runs, by digest, on every event of the key: `--args-file` may replace them.
+    bound = log.bind(
+        schedule_id=schedule.schedule_id,
+        logical_key=key,
+        workflow_id=workflow_id,
+        args_digest=inp.args_digest,
+    )
     give_up_at = time.monotonic() + lock_wait
     delay = FIRST_RETRY_DELAY
     while True:
@@ -353,7 +395,12 @@ async def replay_one(
             delay = min(delay * 2, MAX_RETRY_DELAY)
             continue
         result = replace(_classify(key, workflow_id, outcome, attached=attached), definition=chosen)
-        bound.info(f"replay.{result.outcome}", detail=result.detail, definition=chosen.as_json())
+        bound.info(
+            f"replay.{result.outcome}",
+            detail=result.detail,
+            definition=chosen.as_json(),
+            args_mismatch=result.args_mismatch,
+        )
         return result
 
 
@@ -439,7 +486,9 @@ def _classify(key: str, workflow_id: str, outcome: RunOutcome, *, attached: bool
         return ReplayResult(key, workflow_id, REPLAYED)
     if outcome.outcome == ALREADY_DONE:
         detail = "; ".join(outcome.notes) or None
-        return ReplayResult(key, workflow_id, ALREADY_DONE, detail)
+        return ReplayResult(
+            key, workflow_id, ALREADY_DONE, detail, args_mismatch=outcome.args_mismatch
+        )
     if outcome.outcome == OVERLAP_LOCKED:
         return ReplayResult(
             key, workflow_id, OVERLAP_LOCKED, f"lease held by {outcome.held_by or 'another run'}"

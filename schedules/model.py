@@ -10,7 +10,7 @@ import difflib
 import hashlib
 import json
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -447,8 +447,15 @@ class ScheduleDefinition(BaseModel):
 
     def args_digest(self) -> str:
         """A stable fingerprint of the args, independent of key order in the file."""
-        canonical = json.dumps(self.args, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return args_digest(self.args)
+
+
+def args_digest(args: Mapping[str, Any]) -> str:
+    """The fingerprint the outbox records for a run's args: the same for a schedule file's args
+    and for args given on the command line (`trigger --args`, `backfill run --args-file`), so a
+    key done with other args is told apart from one done with these."""
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _duration(value: object) -> timedelta:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -36,9 +37,11 @@ if TYPE_CHECKING:
     import asyncpg
     from temporalio.client import Client
 
+    from cronwarden.activities.jobs import JobRegistry
     from cronwarden.backfill.audit import Audit
     from cronwarden.backfill.causes import Causes
     from cronwarden.backfill.plan import GoneSchedule, ManagedSchedule, Plan
+    from cronwarden.schedules.overridden_args import OverriddenArgs
 
 backfill_app = typer.Typer(
     help="List the fire times that never committed, and replay exactly those.",
@@ -368,6 +371,16 @@ def backfill_run(
     ] = False,
     as_json: AsJson = False,
     past_horizon: PastHorizon = False,
+    args_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--args-file",
+            help="A JSON object of args every replayed key runs instead of its definition's, "
+            "checked against the job's model first (CRONWARDEN_JOBS). A key found done with "
+            "other args is reported as an args conflict, never run again (exit 1).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Replay every fire time of the window that has no outbox record, and wait for each."""
 
@@ -375,13 +388,18 @@ def backfill_run(
         from cronwarden.activities.contract import OVERLAP_LOCKED
         from cronwarden.backfill.plan import plan
         from cronwarden.backfill.replay import FAILED
+        from cronwarden.schedules.overridden_args import check_for_job, read_args_file
 
+        # Read before connecting: a file that cannot be used starts nothing.
+        given = read_args_file(args_file) if args_file is not None else None
         requested = _horizon(_window(start, end), past_horizon)
         if requested.empty:
             out.print("nothing to replay: the whole window is past the dedupe horizon")
             return 0
         async with _connected(schedule_id) as ctx:
             _refuse_paused(ctx.live(), include_paused)
+            if given is not None:
+                check_for_job(given, ctx.live().run_input.job, _job_registry())
             cap = await ctx.cap()
             # Temporal's `now` for the jitter rule too (a fire within its jitter is not missing).
             p = await plan(
@@ -393,7 +411,7 @@ def backfill_run(
             if not as_json:
                 _print_plan(p, requested, cap, keys=False)
             if dry_run:
-                chooser = await _definitions(ctx, p, with_current_definition)
+                chooser = await _definitions(ctx, p, with_current_definition, given)
                 _print_dry_run(p, as_json, cap, chooser)
                 return 0
             if not p.missing:
@@ -403,7 +421,7 @@ def backfill_run(
                     out.print("nothing to replay")
                 return 0
             _confirm(len(p.missing), yes)
-            chooser = await _definitions(ctx, p, with_current_definition)
+            chooser = await _definitions(ctx, p, with_current_definition, given)
             held = None if include_paused else _paused_meanwhile(ctx)
             summary = await _replay_with_progress(ctx, p, concurrency, lock_wait, chooser, held)
         if as_json:
@@ -415,6 +433,7 @@ def backfill_run(
                 out.print(f"  {n} key(s) ran {definition.text()}")
             for failure in summary.failures:
                 out.print(f"  failed {failure.logical_key}: {failure.detail}")
+            _print_conflicts(summary.conflicts)
             if summary.skipped:
                 out.print(f"skipped {len(summary.skipped)} key(s), never replayed (exit 1):")
                 _print_lines(f"  skipped {s.logical_key}: {s.detail}" for s in summary.skipped)
@@ -424,11 +443,14 @@ def backfill_run(
                     "--lock-wait and were never replayed (exit 1); run the same command again "
                     "to retry them"
                 )
-        # A key left overlap-locked or skipped never ran: a script checking $? must not read
-        # that as done.
+        # A key left overlap-locked or skipped never ran, and one done with other args did
+        # not run with these: a script checking $? must not read that as done.
         return (
             EXIT_FAILED
-            if summary.counts[FAILED] or summary.counts[OVERLAP_LOCKED] or summary.skipped
+            if summary.counts[FAILED]
+            or summary.counts[OVERLAP_LOCKED]
+            or summary.skipped
+            or summary.conflicts
             else 0
         )
 
@@ -507,10 +529,12 @@ class _Declined(CronwardenError):
     """The operator answered no: nothing was replayed."""
 
 
-async def _definitions(ctx: Context, p: Plan, with_current: bool) -> Any:
+async def _definitions(
+    ctx: Context, p: Plan, with_current: bool, given: OverriddenArgs | None = None
+) -> Any:
     """Which definition each key's replay runs: the recorded one that judged its part of the
-    window in the plan (backfill/replay.py `Definitions`)."""
-    from cronwarden.activities.jobs import import_job_modules
+    window in the plan (backfill/replay.py `Definitions`), with `given` args (`--args-file`)
+    in place of its own."""
     from cronwarden.backfill.plan import effective_history
     from cronwarden.backfill.replay import Definitions
 
@@ -518,11 +542,34 @@ async def _definitions(ctx: Context, p: Plan, with_current: bool) -> Any:
     async with ctx.pool.acquire() as conn:
         # The history as the plan judged by it, rows Temporal proves lost included.
         history = await effective_history(ctx.client, conn, p.schedule_id, live.description)
-    # The job modules `apply` checks against, when this host has them: each recorded definition
-    # is checked the same way before its keys are replayed.
+    return Definitions(
+        ctx.live(),
+        p.judged,
+        history,
+        with_current=with_current,
+        registry=_job_registry(),
+        args=given,
+    )
+
+
+def _job_registry() -> JobRegistry | None:
+    """The job modules `apply` checks against, when this host has them: each recorded
+    definition (and `--args-file`) is checked the same way before its keys are replayed."""
+    from cronwarden.activities.jobs import import_job_modules
+
     modules = load_settings().job_modules()
-    registry = import_job_modules(modules) if modules else None
-    return Definitions(ctx.live(), p.judged, history, with_current=with_current, registry=registry)
+    return import_job_modules(modules) if modules else None
+
+
+def _print_conflicts(conflicts: list[Any]) -> None:
+    """Keys found done with other args than their replay's: reported, never run again."""
+    if not conflicts:
+        return
+    out.print(
+        f"args conflicts {len(conflicts)}: done with other args than the replay's, so "
+        "reported and never run again (exit 1):"
+    )
+    _print_lines(f"  args conflict {c.logical_key}: {c.detail}" for c in conflicts)
 
 
 def _paused_meanwhile(ctx: Context) -> Callable[[], Awaitable[str | None]]:
@@ -607,6 +654,11 @@ def _run_json(p: Plan, cap: DueCap, summary: Any) -> dict[str, Any]:
         "skipped": [
             {"logical_key": s.logical_key, "reason": s.detail}
             for s in (summary.skipped if summary is not None else [])
+        ],
+        # Keys done with other args than their replay's (each counted `already-done` too).
+        "args_conflicts": [
+            {"logical_key": c.logical_key, "workflow_id": c.workflow_id, "detail": c.detail}
+            for c in (summary.conflicts if summary is not None else [])
         ],
     }
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from cronwarden.schedules.apply import Change
+    from cronwarden.schedules.operations import Triggered
     from cronwarden.schedules.status import StatusRow
 
 schedules_app = typer.Typer(help="Register, inspect and operate schedules.", no_args_is_help=True)
@@ -410,6 +411,15 @@ def schedules_trigger(
     as_json: JsonOption = False,
     actor: ActorOption = None,
     reason: ReasonOption = None,
+    args: Annotated[
+        str | None,
+        typer.Option(
+            "--args",
+            help="A JSON object of args for this run instead of the schedule's, checked against "
+            "the job's model first (CRONWARDEN_JOBS); the run's outbox record holds their digest.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start a run now, with the schedule's overlap policy."""
 
@@ -417,10 +427,14 @@ def schedules_trigger(
         from cronwarden.schedules import operations
 
         by = who(actor, reason)
-        async with _temporal() as client:
-            t = await operations.trigger(client, schedule_id)
+        if args is not None:
+            t = await _trigger_with_args(schedule_id, args)
+        else:
+            async with _temporal() as client:
+                t = await operations.trigger(client, schedule_id)
         # Temporal alone starts the run: recorded once it has (a warning if Postgres is away).
         await record_after(by, [triggered_entry(t)])
+        with_args = _args_fields(t)
         if as_json:
             emit_json(
                 {
@@ -430,19 +444,45 @@ def schedules_trigger(
                     "fire_time": utc_text_or_none(t.fire_time),
                     "note": t.note,
                 }
+                | with_args
             )
             return
         if t.workflow_id is None:
             out.print(escape(f"{schedule_id}: triggered, {t.note}"))
             return
+        given = f", args digest {with_args['args_digest']}" if with_args else ""
+        ran = f", {with_args['outcome']}" if with_args.get("outcome") else ""
         out.print(
             escape(
-                f"{schedule_id}: triggered run {t.workflow_id}, logical key {t.logical_key} "
-                f"({t.note})"
+                f"{schedule_id}: triggered run {t.workflow_id}, logical key {t.logical_key}"
+                f"{given}{ran} ({t.note})"
             )
         )
 
     run_command(go)
+
+
+async def _trigger_with_args(schedule_id: str, text: str) -> Triggered:
+    """`trigger --args`: checked (JSON object, the job's model) before anything starts."""
+    from cronwarden.activities.jobs import import_job_modules
+    from cronwarden.schedules.args_trigger import trigger_with_args
+    from cronwarden.schedules.overridden_args import parse_args_text
+
+    given = parse_args_text(text)
+    modules = load_settings().job_modules()
+    registry = import_job_modules(modules) if modules else None
+    async with _temporal() as client:
+        return await trigger_with_args(client, schedule_id, given, registry)
+
+
+def _args_fields(t: Triggered) -> dict[str, Any]:
+    """`args_digest` and `outcome` of a trigger with --args (nothing for a plain trigger, whose
+    JSON keeps its shape)."""
+    from cronwarden.schedules.args_trigger import ArgsTriggered
+
+    if not isinstance(t, ArgsTriggered):
+        return {}
+    return {"args_digest": t.args_digest, "outcome": t.outcome}
 
 
 @schedules_app.command("delete")

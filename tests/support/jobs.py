@@ -233,3 +233,36 @@ async def slow_read(ctx: JobContext) -> dict[str, Any]:
     args: ReadArgs = ctx.args
     await asyncio.sleep(args.sleep)
     return {"key": ctx.logical_key}
+
+
+ARGS_DDL = """
+CREATE TABLE IF NOT EXISTS public.test_args (
+    logical_key text  NOT NULL,
+    args        jsonb NOT NULL
+)
+"""
+
+
+class RecordsArgsArgs(BaseModel):
+    label: str
+    count: int = Field(default=0, ge=0)
+    gate: str | None = None
+    """A file the job waits for (up to a minute) before it writes: the test decides when a run
+    of it finishes."""
+
+
+@job("records-args", args_model=RecordsArgsArgs)
+async def records_args(ctx: JobContext) -> dict[str, Any]:
+    """Writes the args it was given, with its key, to `test_args` (no unique constraint: a key
+    applied twice shows as two rows)."""
+    args: RecordsArgsArgs = ctx.args
+    if args.gate is not None:
+        await _wait_for_gate(GatedArgs(gate=args.gate))
+    async with ctx.transaction() as conn:
+        await conn.execute(ARGS_DDL)
+        await conn.execute(
+            "INSERT INTO public.test_args (logical_key, args) VALUES ($1, $2::jsonb)",
+            ctx.logical_key,
+            args.model_dump_json(),
+        )
+    return {"label": args.label}
