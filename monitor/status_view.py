@@ -30,10 +30,12 @@ from cronwarden.monitor.grids import GridCache, SlotCause
 from cronwarden.monitor.scan import elapsed_text
 from cronwarden.schedules.health import LATE, OK, OVERDUE, PAUSED, RUNNING, derive_health
 from cronwarden.schedules.run_ids import REPLAY_INFIX
-from cronwarden.store import heartbeats, incidents, locks, outbox
+from cronwarden.store import change_log, heartbeats, incidents, locks, outbox
 from cronwarden.store import zones as zone_store
 from cronwarden.store.runs import recent_timings
 
+# The changes one schedule's page lists (`cronwarden audit log ID` has them all).
+RECENT_CHANGES = 10
 INCIDENT = "incident"
 """Health shown for a schedule with an open incident, whatever its heartbeat says."""
 NEVER_SINCE = datetime.min.replace(tzinfo=UTC)
@@ -111,6 +113,8 @@ class ScheduleStatus:
     late_start: timedelta | None = None
     runs: list[RunTiming] | None = None
     """The recent runs' durations, newest first (None: not read for this view)."""
+    changes: list[change_log.Recorded] | None = None
+    """Its latest changes (who, what, why), newest first; None: not read on this page."""
 
     def count(self, state: str) -> int:
         return sum(s.state == state for s in self.slots or [])
@@ -247,6 +251,10 @@ async def read_one(
     view = _view(ranking, grids, shown)
     await _fill_runs(pool, shown[0], n=limits.detail_slots)
     await _fill_timelines(pool, grids, shown, n=limits.detail_slots)
+    async with pool.acquire() as conn:
+        shown[0].changes = await change_log.listed(
+            conn, schedule_id=schedule_id, since=None, limit=RECENT_CHANGES
+        )
     return view
 
 

@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from cronwarden.cli.backfill import audit_command, backfill_app
+from cronwarden.cli.changes import FIRES, audit_app
 from cronwarden.cli.monitor import monitor_command
 from cronwarden.cli.schedules import schedules_app, status_command
 from cronwarden.cli.support import duration_flag, load_settings, out, run_command
@@ -35,7 +36,9 @@ app.add_typer(schedules_app, name="schedules")
 app.command("status")(status_command)
 app.command("monitor")(monitor_command)
 app.add_typer(backfill_app, name="backfill")
-app.command("audit")(audit_command)
+# `audit ID` still audits a schedule's fires: `audit` falls back to `audit fires` (cli/changes.py).
+audit_app.command(FIRES)(audit_command)
+app.add_typer(audit_app, name="audit")
 
 
 # Processes that run on their own (a service, a Job): their INFO events are the record of what

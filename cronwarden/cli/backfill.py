@@ -21,6 +21,7 @@ from cronwarden.backfill.window import (
     parse_instant,
     parse_since,
 )
+from cronwarden.cli.changes import ActorOption, ReasonOption, record_after, who
 from cronwarden.cli.support import (
     duration_flag,
     emit_json,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from cronwarden.backfill.causes import Causes
     from cronwarden.backfill.plan import GoneSchedule, ManagedSchedule, Plan
     from cronwarden.schedules.overridden_args import OverriddenArgs
+    from cronwarden.store.change_log import Entry
 
 backfill_app = typer.Typer(
     help="List the fire times that never committed, and replay exactly those.",
@@ -371,6 +373,8 @@ def backfill_run(
     ] = False,
     as_json: AsJson = False,
     past_horizon: PastHorizon = False,
+    actor: ActorOption = None,
+    reason: ReasonOption = None,
     args_file: Annotated[
         Path | None,
         typer.Option(
@@ -390,6 +394,7 @@ def backfill_run(
         from cronwarden.backfill.replay import FAILED
         from cronwarden.schedules.overridden_args import check_for_job, read_args_file
 
+        by = who(actor, reason)
         # Read before connecting: a file that cannot be used starts nothing.
         given = read_args_file(args_file) if args_file is not None else None
         requested = _horizon(_window(start, end), past_horizon)
@@ -424,6 +429,7 @@ def backfill_run(
             chooser = await _definitions(ctx, p, with_current_definition, given)
             held = None if include_paused else _paused_meanwhile(ctx)
             summary = await _replay_with_progress(ctx, p, concurrency, lock_wait, chooser, held)
+            await record_after(by, _backfill_entries(p, summary), pool=ctx.pool)
         if as_json:
             emit_json(_run_json(p, cap, summary))
         else:
@@ -457,6 +463,23 @@ def backfill_run(
     code = run_command(go)
     if code:
         raise typer.Exit(code)
+
+
+def _backfill_entries(p: Plan, summary: Any) -> list[Entry]:
+    """The change-log entry of a replay that started runs; none when every key was already
+    done, lease-locked or skipped: nothing ran, nothing changed."""
+    from cronwarden.backfill.replay import FAILED, REPLAYED
+    from cronwarden.store.change_log import BACKFILL, Entry
+
+    counts = summary.counts
+    if not counts[REPLAYED] and not counts[FAILED]:
+        return []
+    details = {
+        "window": p.window.as_json(),
+        "counts": dict(counts),
+        "skipped": len(summary.skipped),
+    }
+    return [Entry(BACKFILL, p.schedule_id, details)]
 
 
 def _refuse_paused(schedule: ManagedSchedule, include_paused: bool) -> None:

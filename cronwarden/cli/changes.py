@@ -1,25 +1,36 @@
 """Who changed what, on the command line: the `--actor` and `--reason` options of every command
 that changes a schedule, recording a change where no Postgres write of the command's own holds
-it, and `cronwarden audit log`."""
+it, and `cronwarden audit log`.
+
+`cronwarden audit` is a group of two: `audit log` (this module) and `audit fires` (what should
+have run vs what committed, `cli/backfill.py`). Any first word that is not one of them is a
+schedule id of `audit fires`, so `cronwarden audit ID --since 2d` reads as it always did; a
+schedule named `log` or `fires` is audited as `cronwarden audit fires log`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from cronwarden.actor import ACTOR_ENV, check_reason, resolve_actor
-from cronwarden.cli.support import err, load_settings
+from cronwarden.cli.support import emit_json, err, load_settings, out, run_command
 
 if TYPE_CHECKING:
     import asyncpg
 
     from cronwarden.schedules.apply import ApplyIncomplete, Change
     from cronwarden.schedules.operations import Triggered
-    from cronwarden.store.change_log import Entry, Who
+    from cronwarden.store.change_log import Entry, Recorded, Who
+
+# `audit ID` is `audit fires ID`: the command `audit` was before it had `log`.
+FIRES = "fires"
+# `audit log` without --limit: enough for a screen's worth of history, bounded for a large log.
+DEFAULT_LIMIT = 100
 
 ActorOption = Annotated[
     str | None,
@@ -118,3 +129,94 @@ def triggered_entry(t: Triggered) -> Entry:
             "buffered": t.workflow_id is None,
         },
     )
+
+
+class _AuditGroup(TyperGroup):
+    """`audit`'s subcommands, with `fires` as the default: a first word that names none of them
+    (a schedule id, an option) is `audit fires …`'s."""
+
+    # `ctx` untyped: typer's vendored click Context, not importable by a public name.
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [FIRES, *args]
+        return super().parse_args(ctx, args)
+
+
+audit_app = typer.Typer(
+    cls=_AuditGroup,
+    help="`audit ID`: what should have run vs what committed (`audit fires ID`). "
+    "`audit log [ID]`: who changed what.",
+    no_args_is_help=True,
+)
+
+
+@audit_app.command("log")
+def audit_log(
+    schedule_id: Annotated[
+        str | None,
+        typer.Argument(
+            help="Only this schedule's changes (default: every change).", show_default=False
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="Only changes since: `7d` (7 days ago), `-2h` or ISO 8601 (default: ever).",
+            show_default=False,
+        ),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=100_000, help="At most this many, the newest.")
+    ] = DEFAULT_LIMIT,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Who changed what and why, newest first (from Postgres alone).
+
+    Every `schedules apply`, `pause`, `unpause`, `trigger`, `delete` and `backfill run` records
+    its changes: the actor (--actor, CRONWARDEN_ACTOR or user@host), the reason, the details.
+    """
+
+    async def go() -> None:
+        from datetime import UTC, datetime
+
+        from cronwarden.backfill.window import parse_since
+        from cronwarden.errors import InvalidInput
+        from cronwarden.store import change_log
+        from cronwarden.store.pool import connect
+
+        if schedule_id is not None and not schedule_id.strip():
+            raise InvalidInput("the schedule id is empty: name one, or leave it out for all")
+        start = None if since is None else parse_since(since, now=datetime.now(UTC))
+        conn = await connect(load_settings().dsn)
+        try:
+            found = await change_log.listed(conn, schedule_id=schedule_id, since=start, limit=limit)
+        finally:
+            await conn.close()
+        if as_json:
+            emit_json({"changes": [c.as_json() for c in found]})
+            return
+        _print_log(found, limit=limit)
+
+    run_command(go)
+
+
+def _print_log(found: list[Recorded], *, limit: int) -> None:
+    import json
+
+    from cronwarden.times import utc_text
+
+    if not found:
+        out.print("no change recorded")
+        return
+    for c in found:
+        line = f"{utc_text(c.at)}  {c.action:<8} {c.schedule_id or '(file)'}  by {c.actor}"
+        if c.reason:
+            line += f"  reason: {c.reason}"
+        if c.details:
+            line += "  " + ", ".join(
+                f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(c.details.items())
+            )
+        out.print(escape(line))
+    if len(found) == limit:
+        out.print(f"(the newest {limit}; --limit or --since for others)")

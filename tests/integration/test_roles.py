@@ -132,6 +132,26 @@ async def test_the_runtime_role_has_dml_on_every_cronwarden_table_but_the_ledger
         await runtime_conn.execute("DELETE FROM cronwarden.heartbeats")
 
 
+async def test_the_change_log_is_append_only_for_the_runtime_role(
+    runtime_conn: asyncpg.Connection,
+) -> None:
+    """Who changed what stays as written: the runtime role (every command's) may add a row and
+    read it, never rewrite, delete or truncate one."""
+    await runtime_conn.execute(
+        "INSERT INTO cronwarden.change_log (actor, action, schedule_id, reason)"
+        " VALUES ('alice', 'pause', 'roles-log', 'disk swap')"
+    )
+    assert await runtime_conn.fetchval("SELECT actor FROM cronwarden.change_log") == "alice"
+    for statement in (
+        "UPDATE cronwarden.change_log SET actor = 'mallory'",
+        "DELETE FROM cronwarden.change_log",
+        "TRUNCATE cronwarden.change_log",
+    ):
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await runtime_conn.execute(statement)
+    assert await runtime_conn.fetchval("SELECT actor FROM cronwarden.change_log") == "alice"
+
+
 async def test_roles_applied_before_the_first_migration_grant_the_same(
     postgres_server: EmbeddedPostgres,
 ) -> None:
