@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import signal
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from tests.support.jobs import ARGS_DDL
 from tests.support.outage import apply_paused
 from tests.support.schedules import definition, yearly_definition
 from tests.support.waiting import clock_past, wait_for
+from tests.support.workers import start_worker_process
 
 pytestmark = pytest.mark.integration
 
@@ -343,3 +346,38 @@ async def test_a_key_done_with_other_args_is_reported_as_a_conflict_and_not_run_
         assert await _outbox_digest(pool, held_key) == defn.args_digest()
     finally:
         await handle.delete()
+
+
+async def test_a_worker_logs_the_args_a_triggered_run_used_with_its_key(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    cli_env: dict[str, str],
+) -> None:
+    proc = start_worker_process(cli_env, graceful=10)
+    # Read all along, so the pipe never fills; the whole output once the worker has stopped.
+    output = asyncio.create_task(asyncio.to_thread(proc.communicate))
+    handle = await _applied(client, pool, task_queue, _yearly(schedule_id))
+    try:
+        given = {"label": "logged", "count": 2}
+        result = await cli(
+            cli_env, "schedules", "trigger", schedule_id, "--args", json.dumps(given)
+        )
+        assert result.code == 0, result
+        found = re.search(r"logical key (\S+), args digest (\w+)", result.stdout)
+        assert found is not None, result.stdout
+        key = found[1]
+        assert found[2] == args_digest(given)
+        await wait_for(lambda: _outbox_digest(pool, key), timeout=30, what="the run's commit")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            stdout, _ = await asyncio.wait_for(output, timeout=40)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        await handle.delete()
+    events = [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
+    started = [e for e in events if e["event"] == "run.started" and e["logical_key"] == key]
+    assert [(e["args"], e["args_digest"]) for e in started] == [(given, args_digest(given))]

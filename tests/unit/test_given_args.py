@@ -3,7 +3,10 @@ before anything starts, and a replay's args conflict counted and shown."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from pydantic import BaseModel
@@ -11,6 +14,8 @@ from pydantic import BaseModel
 from cronwarden.activities.contract import ALREADY_DONE, RunOutcome
 from cronwarden.activities.jobs import JobRegistry, JobSpec
 from cronwarden.backfill.replay import CURRENT, ReplayResult, RunDefinition, Summary, _classify
+from cronwarden.cli import backfill as backfill_cli
+from cronwarden.cli import support as cli_support
 from cronwarden.errors import InvalidInput
 from cronwarden.schedules.model import ScheduleDefinition, args_digest
 from cronwarden.schedules.overridden_args import (
@@ -119,3 +124,25 @@ def test_a_definition_with_given_args_runs_them_and_says_so() -> None:
     assert with_args.text() == (
         f"the current definition, with the args of args file b.json (args digest {given.digest})"
     )
+
+
+def test_each_args_conflict_is_printed_with_its_key_and_json_lists_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    text = io.StringIO()
+    monkeypatch.setattr(cli_support.out, "file", text)
+    conflict = ReplayResult(KEY, WID, ALREADY_DONE, "other args", args_mismatch=True)
+    backfill_cli._print_conflicts([conflict])
+    assert text.getvalue().splitlines() == [
+        "args conflicts 1: done with other args than the replay's, so reported and never run "
+        "again (exit 1):",
+        f"  args conflict {KEY}: other args",
+    ]
+    summary = Summary()
+    summary.add(conflict)
+    plan = cast(Any, SimpleNamespace(counts_json=dict))
+    cap = cast(Any, SimpleNamespace(as_json=dict))
+    assert backfill_cli._run_json(plan, cap, summary)["args_conflicts"] == [
+        {"logical_key": KEY, "workflow_id": WID, "detail": "other args"}
+    ]
+    assert backfill_cli._run_json(plan, cap, None)["args_conflicts"] == []
