@@ -262,6 +262,23 @@ class ScheduleDefinition(BaseModel):
             raise ValueError(f"the cron list repeats {', '.join(repr(e) for e in repeated)}")
         return checked
 
+    @model_validator(mode="before")
+    @classmethod
+    def _interval_zone(cls, data: object) -> object:
+        # An interval counts real time: a zone means something to it only through its
+        # exclusions. Without any, it is a UTC schedule (no compiled entries, no horizon to
+        # re-apply before), wherever the zone came from (the entry or the file's default).
+        if (
+            isinstance(data, dict)
+            and data.get("every") is not None
+            and data.get("cron") is None
+            and not data.get("exclude")
+            and data.get("dst_gap") is None
+            and data.get("dst_repeat") is None
+        ):
+            return {k: v for k, v in data.items() if k != "timezone"}
+        return data
+
     @field_validator("timezone", mode="before")
     @classmethod
     def _check_timezone(cls, value: object) -> object:

@@ -47,7 +47,29 @@ from cronwarden.schedules.spec_parts import SkipCalendar
 ZONE_DB_VERSION: str = str(importlib.import_module("tzdata").IANA_VERSION)
 """The IANA time zone database release every compilation uses (the pinned `tzdata` wheel)."""
 
-UTC_NAMES = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "Etc/Universal", "Universal", "Zulu"})
+UTC_NAMES = frozenset(
+    {
+        "UTC",
+        "Etc/UTC",
+        "Etc/UCT",
+        "UCT",
+        "Etc/Universal",
+        "Universal",
+        "Zulu",
+        "Etc/Zulu",
+        # tzdata links these to UTC too: zero offset, no daylight saving.
+        "GMT",
+        "Etc/GMT",
+        "GMT0",
+        "Etc/GMT0",
+        "GMT+0",
+        "Etc/GMT+0",
+        "GMT-0",
+        "Etc/GMT-0",
+        "Greenwich",
+        "Etc/Greenwich",
+    }
+)
 """Names that mean UTC: a schedule naming one is a UTC schedule (nothing to compile)."""
 
 HORIZON_WARNING = timedelta(days=365)
@@ -90,7 +112,11 @@ def check_zone_name(name: str) -> str:
     stripped = name.strip()
     if stripped in _zone_names() or stripped in UTC_NAMES:
         return stripped
-    close = difflib.get_close_matches(stripped, sorted(_zone_names()), n=2)
+    by_lower = {known.lower(): known for known in (*_zone_names(), *UTC_NAMES)}
+    if stripped.lower() in by_lower:
+        close = [by_lower[stripped.lower()]]
+    else:
+        close = difflib.get_close_matches(stripped, sorted(_zone_names()), n=2)
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
     raise ValueError(
         f"'{name}' is not an IANA time zone name{hint}; write one like Europe/Berlin or "
@@ -485,6 +511,14 @@ def compile_local(spec: LocalSpec, start: datetime, end: datetime) -> Compiled:
             calendars.extend(_period_entries(pattern, low, high, offset))
         for pattern in spec.skips:
             skips.extend(_period_entries(pattern, low, high, offset))
+    # A fall-back just before the window can leave its repeated wall times' second readings
+    # inside it: their first readings are outside, but the rule still fires them once.
+    earlier = [
+        m for m in transitions(zone, start - timedelta(days=1), start) if m.jump < timedelta(0)
+    ]
+    for move in earlier:
+        inside = [i for i in _second_readings(spec, move) if i >= start]
+        skips.extend(_instant_entries(inside, "second reading of a repeated wall time"))
     for move in moves:
         if move.jump > timedelta(0):
             if spec.dst_gap == DstGap.SHIFT and _gap_named(spec, move):

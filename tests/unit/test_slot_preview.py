@@ -129,8 +129,8 @@ def test_a_zoned_interval_counts_real_time_and_excludes_by_the_wall_clock() -> N
     assert all(s.note is None for s in slots)
     with pytest.raises(RuleMismatch, match="Temporal fires 2027-11-07T06:00:00Z"):
         annotate(hourly, [*kept, utc("2027-11-07T06:00:00Z")], slots)
-    # Without exclusions, the limit counts intervals; with them, what they leave.
-    every_second = defn(cron=None, every="1s", **NY)
+    # The limit counts what the exclusions leave (an interval without any is a UTC schedule).
+    every_second = defn(cron=None, every="1s", exclude=["2099-01-01"], **NY)
     with pytest.raises(InvalidInput, match="more than 10,000 slots"):
         rule_of(every_second, start, start + timedelta(seconds=MAX_SLOTS + 1))
     assert (

@@ -1,5 +1,5 @@
-"""Cases where the compilation, the model or the file's zone default depart from the stated
-daylight-saving rule or from what a UTC schedule is. Each is expected to fail until fixed."""
+"""Cases where the compilation, the model or the file's zone default once departed from the
+stated daylight-saving rule or from what a UTC schedule is."""
 
 from __future__ import annotations
 
@@ -14,12 +14,6 @@ from cronwarden.schedules.zones import LocalSpec, compile_local, compiled_instan
 from tests.unit.test_zones import _registry, utc
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compile_local finds transitions only inside [start, end): a window starting after "
-    "a fall-back but inside its repeated hour gets no skip for the second readings, so it "
-    "fires a repeated fixed-hour wall time the rule fires once (at a first reading before start)",
-)
 def test_a_window_starting_inside_a_repeated_hour_fires_no_second_reading() -> None:
     # New York falls back at 2027-11-07 06:00Z (02:00 EDT -> 01:00 EST): 01:30 reads at 05:30Z
     # (EDT, the first) and 06:30Z (EST, the second). A fixed hour fires the first only, which
@@ -30,12 +24,6 @@ def test_a_window_starting_inside_a_repeated_hour_fires_no_second_reading() -> N
     assert compiled_instants(compile_local(spec, start, end), start, end) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the file's `timezone:` default lands on `every` entries too: an interval schedule "
-    "gets a compile horizon (monitor pages and `status` warns to re-apply it) and a digest "
-    "that changes every new year, though no wall time of it is compiled",
-)
 def test_an_every_schedule_in_a_zoned_file_has_no_horizon() -> None:
     (interval,) = parse_schedule_text(
         "timezone: Europe/Berlin\nschedules:\n  - {id: a, job: noop, every: 15m}\n",
@@ -46,11 +34,23 @@ def test_an_every_schedule_in_a_zoned_file_has_no_horizon() -> None:
     assert "zone_compiled" not in definition_json(interval, task_queue="q")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="UTC_NAMES holds Zulu but not Etc/Zulu (tzdata links both to Etc/UTC): "
-    "`timezone: Etc/Zulu` is compiled as a zone, with a horizon, instead of being UTC",
-)
 def test_every_tzdata_name_for_utc_is_a_utc_schedule() -> None:
     entry = {"id": "a", "job": "noop", "cron": "0 9 * * *", "timezone": "Etc/Zulu"}
     assert ScheduleDefinition.model_validate(entry).timezone is None
+
+
+def test_a_zone_name_in_the_wrong_case_is_refused_with_the_right_spelling() -> None:
+    with pytest.raises(ValueError, match="did you mean 'UTC'"):
+        ScheduleDefinition.model_validate(
+            {"id": "a", "job": "noop", "cron": "0 9 * * *", "timezone": "utc"}
+        )
+    with pytest.raises(ValueError, match="did you mean 'Europe/Berlin'"):
+        ScheduleDefinition.model_validate(
+            {"id": "a", "job": "noop", "cron": "0 9 * * *", "timezone": "europe/berlin"}
+        )
+
+
+def test_an_interval_with_local_exclusions_keeps_its_zone() -> None:
+    entry = {"id": "a", "job": "noop", "every": "15m", "exclude": [{"day_of_week": "sun"}]}
+    zoned = ScheduleDefinition.model_validate({**entry, "timezone": "Europe/Berlin"})
+    assert zoned.timezone == "Europe/Berlin"
