@@ -1,13 +1,14 @@
 """The monitor's pass: one look at the heartbeats, its incident writes and its sends.
 
 One pass: lift the recorded pauses Temporal no longer holds (`monitor.pauses`; skipped when
-Temporal does not answer), read a snapshot (database time), decide (pure, `monitor.scan`), write
-each decision with a conditional statement together with its notifications, and record this
-monitor's liveness. Then, side by side and each within the pass's send budget: resolve the
-"cannot reach the database" alert if one is open, ping the external dead-man's switch, and
-deliver what is due, every sink in its own lane (`monitor.notify`), so a sink that hangs holds
-back neither the others nor the ping. Paging needs Postgres only: the monitor keeps paging
-while Temporal and every worker are down.
+Temporal does not answer), end the timed pauses whose end has passed (`monitor.timed_pauses`;
+one that cannot be ended pages `unpause-failed`), read a snapshot (database time), decide (pure,
+`monitor.scan`), write each decision with a conditional statement together with its
+notifications, and record this monitor's liveness. Then, side by side and each within the pass's
+send budget: resolve the "cannot reach the database" alert if one is open, ping the external
+dead-man's switch, and deliver what is due, every sink in its own lane (`monitor.notify`), so a
+sink that hangs holds back neither the others nor the ping. Paging needs Postgres only: the
+monitor keeps paging while Temporal and every worker are down.
 
 Only database work counts as "cannot reach the database": each database step has its own bound,
 and a send never raises (a slow or failing sink fails its own notification, nothing more).
@@ -50,6 +51,7 @@ from cronwarden.monitor.metrics import Metrics
 from cronwarden.monitor.notify import DeliveryPolicy, Lane, deliver_due, lane_of
 from cronwarden.monitor.pauses import PauseCheck
 from cronwarden.monitor.sinks import Http, Sink, failure, ping, send
+from cronwarden.monitor.timed_pauses import end_due
 from cronwarden.redact import redact
 from cronwarden.store import (
     heartbeats,
@@ -239,6 +241,7 @@ class Monitor:
         pool = self._pool
         report = PassReport()
         await self._check_pauses(pool)
+        await self._end_timed_pauses(pool)
         async with self._db():
             async with pool.acquire() as conn:
                 snap = await watch.snapshot(conn, horizon_lead=self.options.horizon_lead)
@@ -255,6 +258,7 @@ class Monitor:
                 horizons=snap.horizons,
                 horizon_lead=self.options.horizon_lead,
                 breaches=snap.breaches,
+                unpause_failures=snap.unpause_failures,
             )
             report.watched = len(snap.watched)
             report.overdue = sum(
@@ -361,6 +365,17 @@ class Monitor:
                     next_expected_at=utc_text_or_none(lift.next_expected_at),
                     note="recorded as paused, but Temporal runs it: watched again",
                 )
+
+    async def _end_timed_pauses(self, pool: asyncpg.Pool) -> None:
+        """Unpause the schedules whose timed pause has ended (see `monitor.timed_pauses`); with
+        no Temporal to ask, each stays paused and pages `unpause-failed`."""
+        await end_due(
+            pool,
+            self.pauses.client_or_none if self.pauses is not None else None,
+            # The unpause's few calls to Temporal, each normally milliseconds.
+            timeout=2 * (self.pauses.policy.timeout if self.pauses is not None else 5.0),
+            database=self._db,
+        )
 
     async def _bury_unserved(self, conn: Any) -> None:
         for row in await notifications.bury_unserved(

@@ -24,6 +24,7 @@ from cronwarden.store.incidents import (
     SYSTEM,
     TOO_FAST,
     TOO_SLOW,
+    UNPAUSE_FAILED,
 )
 from cronwarden.times import duration_text, utc_text, utc_text_or_none
 
@@ -203,6 +204,29 @@ def run_problem(beat: Mapping[str, Any]) -> Problem | None:
     return Problem(sid, kind, summary, details)
 
 
+def unpause_problem(beat: Mapping[str, Any]) -> Problem | None:
+    """A timed pause that has ended but still holds: the monitor's try to unpause the schedule
+    failed (`unpause_error`). The one problem a paused row can have: the operator asked for the
+    schedule to run again by now, and it does not."""
+    error = beat.get("unpause_error")
+    until: datetime | None = beat.get("paused_until")
+    if not beat["paused"] or not error or until is None:
+        return None
+    sid = beat["schedule_id"]
+    summary = (
+        f"schedule {sid}: its timed pause ended at {utc_text(until)} but the monitor could not "
+        f"unpause it ({redact(str(error))[:200]}); it keeps trying, or run "
+        f"`cronwarden schedules unpause {sid}`"
+    )
+    details = {
+        "paused_until": utc_text(until),
+        "failing_since": utc_text_or_none(beat.get("unpause_failed_at")),
+        "error": error,
+        "next_command": f"cronwarden schedules unpause {sid}",
+    }
+    return Problem(sid, UNPAUSE_FAILED, summary, details)
+
+
 def _bound_text(value: timedelta | None) -> str | None:
     return None if value is None else duration_text(value)
 
@@ -248,6 +272,7 @@ def plan(
     horizons: Sequence[Mapping[str, Any]] = (),
     horizon_lead: timedelta = HORIZON_LEAD,
     breaches: Sequence[Mapping[str, Any]] = (),
+    unpause_failures: Sequence[Mapping[str, Any]] = (),
 ) -> Plan:
     """Decide the pass. A run holding its lease too long is the more specific diagnosis of a
     schedule that is also overdue (its next fires are being skipped), so it wins. Missed fires
@@ -257,7 +282,9 @@ def plan(
     again) once that one is over.
     `system_members`: schedules that have been members of the open system incident.
     `horizons`: rows whose compiled horizon is within `horizon_lead`.
-    `breaches`: rows whose last live run broke a duration bound."""
+    `breaches`: rows whose last live run broke a duration bound.
+    `unpause_failures`: paused rows whose timed pause the monitor could not end (no other
+    problem is judged while paused, so it never competes with one)."""
     problems: dict[str, Problem] = {}
     for beat in horizons:
         found = horizon_problem(beat, now, horizon_lead)
@@ -273,6 +300,10 @@ def plan(
             problems[found.schedule_id] = found
     for lease in overlong:
         problems[lease["schedule_id"]] = lease_problem(lease, now)
+    for beat in unpause_failures:
+        found = unpause_problem(beat)
+        if found is not None:
+            problems[found.schedule_id] = found
 
     result = Plan()
     open_by_schedule = {i["schedule_id"]: i for i in open_incidents if i["schedule_id"]}

@@ -34,7 +34,7 @@ from cronwarden.schedules.inventory import (
 from cronwarden.schedules.lives import delete_schedule
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.store import change_log, heartbeats, pause_history
-from cronwarden.times import utc_text_or_none
+from cronwarden.times import utc_text, utc_text_or_none
 
 log = get_logger("cronwarden.schedules")
 
@@ -73,15 +73,42 @@ async def pause(
     *,
     reason: str | None,
     who: change_log.Who | None = None,
+    until: datetime | None = None,
 ) -> ScheduleView:
-    """`who`: recorded in the change log, in the heartbeat row's transaction."""
+    """`who`: recorded in the change log, in the heartbeat row's transaction. `until`: when
+    the monitor unpauses it (`end_timed_pause`); None: until `unpause`. Check it first
+    (`timed_pause.pause_end`)."""
     await get_managed(client, schedule_id)
     await client.get_schedule_handle(schedule_id).pause(note=operator_note(reason))
+    details: dict[str, object] = {"until": utc_text(until)} if until is not None else {}
     async with pool.acquire() as conn, conn.transaction():
-        await heartbeats.pause(conn, schedule_id=schedule_id, reason=reason or OPERATOR_NOTE)
-        await _record(conn, who, change_log.PAUSE, schedule_id)
-    log.info("schedule.paused", schedule_id=schedule_id, reason=reason)
+        await heartbeats.pause(
+            conn, schedule_id=schedule_id, reason=reason or OPERATOR_NOTE, until=until
+        )
+        await _record(conn, who, change_log.PAUSE, schedule_id, details)
+    log.info(
+        "schedule.paused", schedule_id=schedule_id, reason=reason, until=utc_text_or_none(until)
+    )
     return await get_managed(client, schedule_id)
+
+
+MONITOR_ACTOR = "cronwarden-monitor"
+"""Who the change log names for the changes the monitor makes on its own."""
+TIMED_PAUSE_ENDED = change_log.Who(actor=MONITOR_ACTOR, reason="timed pause ended")
+
+
+async def end_timed_pause(
+    client: Client, pool: asyncpg.Pool, schedule_id: str, *, until: datetime
+) -> ScheduleView | None:
+    """Unpause a schedule whose timed pause (ending at `until`) is over, as `unpause` does,
+    recorded as the monitor's change. None, and nothing done, when the row no longer holds that
+    pause (unpaused, or paused again, since the monitor read it). Raises whatever keeps the
+    unpause from happening: the monitor pages and tries again."""
+    async with pool.acquire() as conn:
+        row = await heartbeats.get(conn, schedule_id)
+    if row is None or not row["paused"] or row["paused_until"] != until:
+        return None
+    return await unpause(client, pool, schedule_id, who=TIMED_PAUSE_ENDED)
 
 
 async def unpause(

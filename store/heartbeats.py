@@ -173,11 +173,16 @@ async def get(conn: Any, schedule_id: str) -> dict[str, Any] | None:
 
 # An operator pause (`schedules pause`): the monitor skips paused rows. Upserted, so a schedule
 # whose row is missing still gets its pause recorded instead of paging.
+# `paused_until` (migration 0027): when the monitor ends the pause; NULL (an open-ended pause)
+# replaces the end of a timed one, and a new pause forgets the last try's failure to end one.
 _PAUSE = """
-INSERT INTO cronwarden.heartbeats AS h (schedule_id, paused, paused_reason, updated_at)
-VALUES ($1, true, $2, now())
+INSERT INTO cronwarden.heartbeats AS h
+       (schedule_id, paused, paused_reason, paused_until, updated_at)
+VALUES ($1, true, $2, $3, now())
 ON CONFLICT (schedule_id) DO UPDATE
-   SET paused = true, paused_reason = EXCLUDED.paused_reason, updated_at = now()
+   SET paused = true, paused_reason = EXCLUDED.paused_reason,
+       paused_until = EXCLUDED.paused_until, unpause_error = NULL, unpause_failed_at = NULL,
+       updated_at = now()
 """
 
 # `schedules unpause`, first step, before Temporal is unpaused: the pause is lifted and the
@@ -234,8 +239,44 @@ _DELETE = "DELETE FROM cronwarden.heartbeats WHERE schedule_id = $1"
 _ALL = "SELECT * FROM cronwarden.heartbeats ORDER BY schedule_id"
 
 
-async def pause(conn: Any, *, schedule_id: str, reason: str | None) -> None:
-    await conn.execute(_PAUSE, schedule_id, reason)
+async def pause(
+    conn: Any, *, schedule_id: str, reason: str | None, until: datetime | None = None
+) -> None:
+    """`until`: when the monitor unpauses it (None: paused until `schedules unpause`)."""
+    await conn.execute(_PAUSE, schedule_id, reason, until)
+
+
+# Timed pauses whose end has passed, by the database's clock (index of migration 0027).
+_ENDED_PAUSES = """
+SELECT schedule_id, paused_until, unpause_error
+  FROM cronwarden.heartbeats
+ WHERE paused AND paused_until IS NOT NULL AND paused_until <= now()
+ ORDER BY paused_until, schedule_id
+"""
+
+# The monitor could not end a timed pause: why, and since when (kept from the first failure).
+# Only on the pause it tried to end: one re-issued or lifted meanwhile is another story.
+# `updated_at` is left alone: the pause itself did not change (`_LIFT_STALE_PAUSE` compares it).
+_RECORD_UNPAUSE_FAILURE = """
+UPDATE cronwarden.heartbeats
+   SET unpause_error = $3, unpause_failed_at = coalesce(unpause_failed_at, now())
+ WHERE schedule_id = $1 AND paused AND paused_until = $2
+"""
+
+
+async def ended_pauses(conn: Any) -> list[dict[str, Any]]:
+    """Rows whose timed pause has ended (`paused_until` passed) and that are still paused."""
+    return [dict(r) for r in await conn.fetch(_ENDED_PAUSES)]
+
+
+async def record_unpause_failure(
+    conn: Any, *, schedule_id: str, paused_until: datetime, error: str
+) -> bool:
+    """False when the row no longer holds that timed pause (see `_RECORD_UNPAUSE_FAILURE`)."""
+    status: str = await conn.execute(
+        _RECORD_UNPAUSE_FAILURE, schedule_id, paused_until, for_storage(error)
+    )
+    return status != "UPDATE 0"
 
 
 async def lift_pause(conn: Any, schedule_id: str, *, next_expected_at: datetime | None) -> bool:

@@ -30,6 +30,8 @@ TOO_SLOW = "too-slow"
 LATE_START = "late-start"
 """The last live run's job started more than `late_start` after its nominal fire time."""
 RUN_BOUNDS = (TOO_SLOW, TOO_FAST, LATE_START)
+UNPAUSE_FAILED = "unpause-failed"
+"""A timed pause has ended and the monitor could not unpause the schedule (migration 0027)."""
 """The kinds a run's bounds page with, as the commit statement picks one per run."""
 
 HORIZON_LEAD = timedelta(days=30)
@@ -54,6 +56,10 @@ SELECT $1, $2, $3, $4::jsonb, $5
            -- Still the last live run's judgement: a run within bounds since clears it.
            SELECT 1 FROM cronwarden.heartbeats h
             WHERE h.schedule_id = $1 AND NOT h.paused AND h.last_run_breach = $2)
+       WHEN $2 = 'unpause-failed' THEN EXISTS (
+           -- Still held past its end, and the monitor's last try to end it failed.
+           SELECT 1 FROM cronwarden.heartbeats h
+            WHERE h.schedule_id = $1 AND h.paused AND h.unpause_error IS NOT NULL)
        ELSE EXISTS (
            SELECT 1 FROM cronwarden.heartbeats h
             WHERE h.schedule_id = $1 AND NOT h.paused AND h.alert_after < now())

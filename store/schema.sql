@@ -250,6 +250,21 @@ END
 $$;
 
 --
+-- Name: heartbeats_clear_timed_pause(); Type: FUNCTION; Schema: cronwarden; Owner: -
+--
+
+CREATE FUNCTION cronwarden.heartbeats_clear_timed_pause() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.paused_until := NULL;
+    NEW.unpause_error := NULL;
+    NEW.unpause_failed_at := NULL;
+    RETURN NEW;
+END
+$$;
+
+--
 -- Name: heartbeats_record_pause(); Type: FUNCTION; Schema: cronwarden; Owner: -
 --
 
@@ -479,6 +494,9 @@ CREATE TABLE cronwarden.heartbeats (
     last_run_started_at timestamp with time zone,
     last_run_duration interval,
     last_run_breach text,
+    paused_until timestamp with time zone,
+    unpause_error text,
+    unpause_failed_at timestamp with time zone,
     CONSTRAINT heartbeats_last_run_breach_check CHECK ((last_run_breach = ANY (ARRAY['too-fast'::text, 'too-slow'::text, 'late-start'::text])))
 );
 
@@ -496,7 +514,7 @@ CREATE TABLE cronwarden.incidents (
     opened_at timestamp with time zone DEFAULT now() NOT NULL,
     resolved_at timestamp with time zone,
     resolution text,
-    CONSTRAINT incidents_kind_check CHECK ((kind = ANY (ARRAY['overdue'::text, 'never-ran'::text, 'running-too-long'::text, 'system'::text, 'horizon'::text, 'too-fast'::text, 'too-slow'::text, 'late-start'::text])))
+    CONSTRAINT incidents_kind_check CHECK ((kind = ANY (ARRAY['overdue'::text, 'never-ran'::text, 'running-too-long'::text, 'system'::text, 'horizon'::text, 'too-fast'::text, 'too-slow'::text, 'late-start'::text, 'unpause-failed'::text])))
 );
 
 --
@@ -789,6 +807,12 @@ CREATE INDEX heartbeats_next_expected ON cronwarden.heartbeats USING btree (next
 CREATE INDEX heartbeats_paused ON cronwarden.heartbeats USING btree (schedule_id) WHERE paused;
 
 --
+-- Name: heartbeats_paused_until; Type: INDEX; Schema: cronwarden; Owner: -
+--
+
+CREATE INDEX heartbeats_paused_until ON cronwarden.heartbeats USING btree (paused_until) WHERE (paused AND (paused_until IS NOT NULL));
+
+--
 -- Name: incidents_one_open; Type: INDEX; Schema: cronwarden; Owner: -
 --
 
@@ -853,6 +877,12 @@ CREATE UNIQUE INDEX pause_history_open ON cronwarden.pause_history USING btree (
 --
 
 CREATE TRIGGER heartbeats_alert_after BEFORE INSERT OR UPDATE OF next_expected_at, grace ON cronwarden.heartbeats FOR EACH ROW EXECUTE FUNCTION cronwarden.heartbeats_set_alert_after();
+
+--
+-- Name: heartbeats heartbeats_clear_timed_pause; Type: TRIGGER; Schema: cronwarden; Owner: -
+--
+
+CREATE TRIGGER heartbeats_clear_timed_pause BEFORE UPDATE OF paused ON cronwarden.heartbeats FOR EACH ROW WHEN ((NOT new.paused)) EXECUTE FUNCTION cronwarden.heartbeats_clear_timed_pause();
 
 --
 -- Name: heartbeats heartbeats_record_pause; Type: TRIGGER; Schema: cronwarden; Owner: -

@@ -373,16 +373,39 @@ def schedules_pause(
         typer.Option("--reason", help="Why; shown by `status`, in Temporal and by `audit log`."),
     ] = None,
     actor: ActorOption = None,
+    for_: Annotated[
+        str | None,
+        typer.Option(
+            "--for",
+            help="Pause this long (30m, 2h, 1d; at most 90d): the monitor unpauses it after.",
+            show_default=False,
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            help="Pause until this time, with a zone (2026-11-30T04:00:00Z): the monitor "
+            "unpauses it then.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Pause a schedule as an operator: the absence monitor stays silent until `unpause`."""
+    """Pause a schedule as an operator: the absence monitor stays silent until `unpause`, or
+    with --for/--until until the monitor unpauses it."""
 
     async def go() -> None:
         from cronwarden.schedules import operations
+        from cronwarden.schedules.timed_pause import pause_end
 
         by = who(actor, reason)
+        end = pause_end(for_, until, now=datetime.now(UTC))
         async with _temporal_and_db() as (client, pool):
-            v = await operations.pause(client, pool, schedule_id, reason=by.reason, who=by)
-        out.print(escape(f"{schedule_id}: paused ({v.note})"))
+            v = await operations.pause(
+                client, pool, schedule_id, reason=by.reason, who=by, until=end
+            )
+        ends = f", until {utc_text_or_none(end)}" if end is not None else ""
+        out.print(escape(f"{schedule_id}: paused ({v.note}){ends}"))
 
     run_command(go)
 
