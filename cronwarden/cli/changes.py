@@ -117,18 +117,19 @@ def applied_entries(done: list[Change] | ApplyIncomplete, file: Path) -> list[En
 
 
 def triggered_entry(t: Triggered) -> Entry:
-    """The change-log entry of a trigger Temporal accepted: the run's key, or buffered."""
+    """The change-log entry of a trigger that started a run: its key (or buffered), and with
+    `--args` the digest of the args it ran with (the outbox record holds the same)."""
     from cronwarden.store.change_log import TRIGGER, Entry
 
-    return Entry(
-        TRIGGER,
-        t.schedule_id,
-        {
-            "logical_key": t.logical_key,
-            "workflow_id": t.workflow_id,
-            "buffered": t.workflow_id is None,
-        },
-    )
+    details: dict[str, object] = {
+        "logical_key": t.logical_key,
+        "workflow_id": t.workflow_id,
+        "buffered": t.workflow_id is None,
+    }
+    digest = getattr(t, "args_digest", None)  # a trigger with --args (schedules.args_trigger)
+    if digest is not None:
+        details["args_digest"] = digest
+    return Entry(TRIGGER, t.schedule_id, details)
 
 
 class _AuditGroup(TyperGroup):

@@ -173,6 +173,20 @@ async def test_a_trigger_without_postgres_runs_and_says_it_is_not_recorded(
     assert "not recorded in the change log" in triggered.stderr, triggered
 
 
+async def test_a_trigger_with_args_records_their_digest(
+    tmp_path: Path, pool: asyncpg.Pool, cli_env: dict[str, str], worker: Worker
+) -> None:
+    sid = made("withargs")
+    assert (await cli(cli_env, "schedules", "apply", str(schedule_file(tmp_path, sid)))).code == 0
+    triggered = await cli_json(
+        cli_env, "schedules", "trigger", sid, "--args", '{"sleep": 0}', "--reason", "one-off"
+    )
+    [row] = [r for r in await rows(pool, sid) if r["action"] == "trigger"]
+    assert row["reason"] == "one-off"
+    assert row["details"]["logical_key"] == triggered["logical_key"]
+    assert row["details"]["args_digest"] == triggered["args_digest"]
+
+
 async def test_a_backfill_that_replays_records_its_window_and_counts(
     client: Client, pool: asyncpg.Pool, cli_env: dict[str, str], task_queue: str, worker: Worker
 ) -> None:
