@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -19,7 +20,9 @@ from cronwarden.backfill.spec_history import Applied
 from cronwarden.errors import ScheduleFileError
 from cronwarden.monitor.scan import (
     RECOVERED,
+    SystemRule,
     elapsed_text,
+    plan,
     run_problem,
 )
 from cronwarden.schedules.mapping import definition_digest, definition_json, run_input
@@ -33,7 +36,6 @@ from cronwarden.store.incidents import (
     TOO_SLOW,
 )
 from cronwarden.workflows.run_input import ScheduledRunInput
-from tests.unit.test_monitor_scan import decide as decide_from
 
 NOW = datetime(2027, 3, 1, 12, 0, tzinfo=UTC)
 FIRE = datetime(2027, 3, 1, 11, 0, tzinfo=UTC)
@@ -219,8 +221,17 @@ def test_elapsed_text() -> None:
     ]
 
 
-def decide(**kw: Any) -> Any:
-    return decide_from(now=NOW, **kw)
+# The pass's plan with nothing else found: each test names only what it is about.
+decide = partial(
+    plan,
+    now=NOW,
+    overdue=(),
+    incident_heartbeats=(),
+    overlong=(),
+    open_incidents=(),
+    watched=10,
+    rule=SystemRule(),
+)
 
 
 def incident(kind: str) -> dict[str, Any]:
