@@ -1,0 +1,112 @@
+"""Local-time schedules under attack, on the real Temporal and Postgres: a release rolled back
+across a new year, and a heartbeat row that `schedules unpause` creates for a zoned schedule.
+Each is expected to fail until fixed (xfail, strict)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from temporalio.client import Client
+
+from cronwarden.schedules import mapping
+from cronwarden.schedules.apply import SupersededFile, apply_definitions
+from cronwarden.schedules.model import ScheduleDefinition
+from cronwarden.schedules.operations import pause, unpause
+from cronwarden.store import heartbeats
+from tests.integration.test_horizon import stored_horizon
+from tests.support.cleanup import delete_schedules
+from tests.support.schedules import yearly_definition
+
+pytestmark = pytest.mark.integration
+
+BERLIN = "Europe/Berlin"
+NEW_YORK = "America/New_York"
+
+
+@pytest.fixture
+def in_june_of(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """`in_june_of(year)`: what follows runs as in June of `year` (the years a zoned schedule
+    is compiled for follow `mapping.clock`)."""
+
+    def move(year: int) -> None:
+        monkeypatch.setattr(mapping, "clock", lambda: datetime(year, 6, 1, tzinfo=UTC))
+
+    return move
+
+
+@dataclass(frozen=True)
+class Rig:
+    client: Client
+    pool: asyncpg.Pool
+    task_queue: str
+    sid: str
+    """The schedule under test, deleted afterwards."""
+    in_june_of: Callable[[int], None]
+
+    async def apply(self, defn: ScheduleDefinition, *, release: bool = False) -> None:
+        await apply_definitions(
+            self.client, self.pool, [defn], task_queue=self.task_queue, release=release
+        )
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def rig(
+    client: Client,
+    pool: asyncpg.Pool,
+    task_queue: str,
+    schedule_id: str,
+    in_june_of: Callable[[int], None],
+) -> AsyncIterator[Rig]:
+    yield Rig(client, pool, task_queue, schedule_id, in_june_of)
+    await delete_schedules(client, {schedule_id})
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="the superseded-file check compares file digests that include the compiled years: "
+    "an old release re-run in a new year has a digest never applied before, so it undoes the "
+    "newer file without --force",
+)
+async def test_an_old_release_rerun_in_a_new_year_is_still_refused(rig: Rig) -> None:
+    old = yearly_definition(rig.sid, timezone=BERLIN)
+    new = yearly_definition(rig.sid, timezone=NEW_YORK)
+    rig.in_june_of(2026)
+    await rig.apply(old, release=True)
+    await rig.apply(new, release=True)
+    # The same year: the old file is refused, as it should be.
+    with pytest.raises(SupersededFile):
+        await rig.apply(old, release=True)
+    # The next year, the very same old file: it must still be refused.
+    rig.in_june_of(2027)
+    try:
+        await rig.apply(old, release=True)
+    except SupersededFile:
+        return
+    raise AssertionError("the old file was applied over the newer one without --force")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="unpause creates a missing heartbeat row without compiled_until, so a zoned "
+    "schedule's horizon is not watched until the next apply: past it Temporal fires nothing "
+    "and no page comes",
+)
+async def test_a_heartbeat_row_unpause_creates_for_a_zoned_schedule_has_its_horizon(
+    rig: Rig,
+) -> None:
+    rig.in_june_of(2027)
+    await rig.apply(yearly_definition(rig.sid, timezone=BERLIN))
+    # Compiled in 2027: the years 2026 to 2029.
+    assert await stored_horizon(rig.pool, rig.sid) == datetime(2030, 1, 1, tzinfo=UTC)
+    await pause(rig.client, rig.pool, rig.sid, reason="maintenance")
+    # The row is lost (the case unpause's own code handles: "never applied here, or lost").
+    async with rig.pool.acquire() as conn:
+        await heartbeats.delete(conn, rig.sid)
+    await unpause(rig.client, rig.pool, rig.sid)
+    assert await stored_horizon(rig.pool, rig.sid) == datetime(2030, 1, 1, tzinfo=UTC)

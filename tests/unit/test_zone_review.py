@@ -1,0 +1,75 @@
+"""Local-time schedules under attack: cases where what is pushed, recorded or checked departs
+from the stated rule. Each is expected to fail until fixed (xfail, strict)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+from temporalio.client import ScheduleCalendarSpec
+
+from cronwarden.errors import ScheduleFileError
+from cronwarden.schedules import mapping
+from cronwarden.schedules.mapping import DEFINITION_MEMO, DIGEST_MEMO, ZONE_COMPILED
+from cronwarden.schedules.model import ScheduleDefinition, parse_schedule_text
+from cronwarden.schedules.zones import compiled_until
+from tests.unit.test_zones import _registry
+
+NEW_YORK = "America/New_York"
+
+
+def _ticking(instants: list[datetime]) -> Iterator[datetime]:
+    """A clock that moves on at each call and then stays at the last instant."""
+    yield from instants
+    while True:
+        yield instants[-1]
+
+
+def _last_compiled_year(spec_calendars: list[ScheduleCalendarSpec]) -> int:
+    # Every compiled entry is dated: it names the year(s) it covers.
+    years = [r.end or r.start for calendar in spec_calendars for r in calendar.year]
+    assert years, "a zoned schedule's compiled entries are dated"
+    return max(years)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="to_temporal reads the clock once for the compiled entries and again for the memo's "
+    "label: an apply straddling the new year pushes entries for the old years under the new "
+    "years' label, so later applies see no change and the horizon is stored a year too far",
+)
+def test_an_apply_straddling_new_year_pushes_entries_its_memo_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    defn = ScheduleDefinition.model_validate(
+        {"id": "a", "job": "noop", "cron": "30 1 * * *", "timezone": NEW_YORK}
+    )
+    ticks = _ticking(
+        [datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC)]
+    )
+    monkeypatch.setattr(mapping, "clock", lambda: next(ticks))
+    schedule = mapping.to_temporal(defn, task_queue="q")
+    memo = schedule.action.memo  # type: ignore[attr-defined]
+    label = memo[DEFINITION_MEMO][ZONE_COMPILED]
+    until = compiled_until(label)
+    assert until is not None
+    # What the memo claims was pushed is what was pushed: its last year is the entries' last.
+    assert _last_compiled_year(list(schedule.spec.calendars)) == until.year - 1
+    # And the run input carries the digest the memo records (the worker's caches key on it).
+    assert schedule.action.args[0].definition_digest == memo[DIGEST_MEMO]  # type: ignore[attr-defined]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the duplicate check compares zone names as text: two links to one zone "
+    "(US/Eastern, America/New_York) fire the same instants but are not reported",
+)
+def test_two_names_of_one_zone_are_duplicates() -> None:
+    text = (
+        "schedules:\n"
+        "  - {id: a, job: noop, cron: '0 9 * * *', timezone: US/Eastern}\n"
+        "  - {id: b, job: noop, cron: '0 9 * * *', timezone: America/New_York}\n"
+    )
+    with pytest.raises(ScheduleFileError, match="duplicate each other"):
+        parse_schedule_text(text, _registry(), now=datetime(2027, 6, 1, tzinfo=UTC))
