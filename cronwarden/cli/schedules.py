@@ -365,12 +365,27 @@ def _with_locals(data: dict[str, Any], name: str) -> list[str]:
     return [f"{t} ({lt})" if lt else str(t) for t, lt in zip(data[name], locals_, strict=True)]
 
 
+SelectedIdArgument = Annotated[
+    str | None,
+    typer.Argument(help="Schedule id (or select: --job, --label or --all).", show_default=False),
+]
+JobSelectOption = Annotated[
+    str | None,
+    typer.Option("--job", help="Every schedule of this job.", show_default=False),
+]
+AllOption = Annotated[bool, typer.Option("--all", help="Every schedule `apply` created here.")]
+
+
 @schedules_app.command("pause")
 def schedules_pause(
-    schedule_id: IdArgument,
+    schedule_id: SelectedIdArgument = None,
     reason: Annotated[
         str | None,
-        typer.Option("--reason", help="Why; shown by `status`, in Temporal and by `audit log`."),
+        typer.Option(
+            "--reason",
+            help="Why; shown by `status`, in Temporal and by `audit log`. Required with "
+            "--job, --label or --all.",
+        ),
     ] = None,
     actor: ActorOption = None,
     for_: Annotated[
@@ -390,40 +405,58 @@ def schedules_pause(
             show_default=False,
         ),
     ] = None,
+    job: JobSelectOption = None,
+    label: LabelOption = None,
+    every: AllOption = False,
 ) -> None:
-    """Pause a schedule as an operator: the absence monitor stays silent until `unpause`, or
-    with --for/--until until the monitor unpauses it."""
+    """Pause a schedule (or every one --job, --label or --all selects) as an operator: the
+    absence monitor stays silent until `unpause`, or with --for/--until until the monitor
+    unpauses it."""
 
     async def go() -> None:
         from cronwarden.schedules import operations
+        from cronwarden.schedules.pause_selection import selection, targets
         from cronwarden.schedules.timed_pause import pause_end
 
         by = who(actor, reason)
+        chosen = selection(
+            schedule_id, job=job, labels=label, every=every, reason=by.reason, command="pause"
+        )
         end = pause_end(for_, until, now=datetime.now(UTC))
-        async with _temporal_and_db() as (client, pool):
-            v = await operations.pause(
-                client, pool, schedule_id, reason=by.reason, who=by, until=end
-            )
         ends = f", until {utc_text_or_none(end)}" if end is not None else ""
-        out.print(escape(f"{schedule_id}: paused ({v.note}){ends}"))
+        async with _temporal_and_db() as (client, pool):
+            for sid in await targets(client, pool, chosen):
+                v = await operations.pause(client, pool, sid, reason=by.reason, who=by, until=end)
+                out.print(escape(f"{sid}: paused ({v.note}){ends}"))
 
     run_command(go)
 
 
 @schedules_app.command("unpause")
 def schedules_unpause(
-    schedule_id: IdArgument, actor: ActorOption = None, reason: ReasonOption = None
+    schedule_id: SelectedIdArgument = None,
+    actor: ActorOption = None,
+    reason: ReasonOption = None,
+    job: JobSelectOption = None,
+    label: LabelOption = None,
+    every: AllOption = False,
 ) -> None:
-    """Resume a schedule; the next expected fire is counted from now."""
+    """Resume a schedule (or every paused one --job, --label or --all selects); the next
+    expected fire is counted from now."""
 
     async def go() -> None:
         from cronwarden.schedules import operations
+        from cronwarden.schedules.pause_selection import selection, targets
 
         by = who(actor, reason)
+        chosen = selection(
+            schedule_id, job=job, labels=label, every=every, reason=by.reason, command="unpause"
+        )
         async with _temporal_and_db() as (client, pool):
-            v = await operations.unpause(client, pool, schedule_id, who=by)
-        nxt = utc_text_or_none(v.next_fire_times[0]) if v.next_fire_times else "none"
-        out.print(escape(f"{schedule_id}: unpaused, next fire {nxt}"))
+            for sid in await targets(client, pool, chosen, paused_only=True):
+                v = await operations.unpause(client, pool, sid, who=by)
+                nxt = utc_text_or_none(v.next_fire_times[0]) if v.next_fire_times else "none"
+                out.print(escape(f"{sid}: unpaused, next fire {nxt}"))
 
     run_command(go)
 
