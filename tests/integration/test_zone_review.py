@@ -4,39 +4,33 @@ Each is expected to fail until fixed (xfail, strict)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 
 import asyncpg
 import pytest
 import pytest_asyncio
 from temporalio.client import Client
+from temporalio.worker import Worker
 
-from cronwarden.schedules import mapping
+from cronwarden.activities.contract import RAN
+from cronwarden.activities.jobs import import_job_modules
+from cronwarden.schedules import args_trigger, mapping
 from cronwarden.schedules.apply import SupersededFile, apply_definitions
 from cronwarden.schedules.model import ScheduleDefinition
-from cronwarden.schedules.operations import pause, unpause
+from cronwarden.schedules.operations import TriggerNotStarted, pause, unpause
+from cronwarden.schedules.overridden_args import OverriddenArgs
 from cronwarden.store import heartbeats
 from tests.integration.test_horizon import stored_horizon
 from tests.support.cleanup import delete_schedules
 from tests.support.schedules import yearly_definition
+from tests.support.servers import TEST_JOBS
 
 pytestmark = pytest.mark.integration
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"
-
-
-@pytest.fixture
-def in_june_of(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
-    """`in_june_of(year)`: what follows runs as in June of `year` (the years a zoned schedule
-    is compiled for follow `mapping.clock`)."""
-
-    def move(year: int) -> None:
-        monkeypatch.setattr(mapping, "clock", lambda: datetime(year, 6, 1, tzinfo=UTC))
-
-    return move
 
 
 @dataclass(frozen=True)
@@ -46,7 +40,12 @@ class Rig:
     task_queue: str
     sid: str
     """The schedule under test, deleted afterwards."""
-    in_june_of: Callable[[int], None]
+    monkeypatch: pytest.MonkeyPatch
+
+    def in_june_of(self, year: int) -> None:
+        """What follows runs as in June of `year` (the years a zoned schedule is compiled for
+        follow `mapping.clock`)."""
+        self.monkeypatch.setattr(mapping, "clock", lambda: datetime(year, 6, 1, tzinfo=UTC))
 
     async def apply(self, defn: ScheduleDefinition, *, release: bool = False) -> None:
         await apply_definitions(
@@ -60,9 +59,9 @@ async def rig(
     pool: asyncpg.Pool,
     task_queue: str,
     schedule_id: str,
-    in_june_of: Callable[[int], None],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Rig]:
-    yield Rig(client, pool, task_queue, schedule_id, in_june_of)
+    yield Rig(client, pool, task_queue, schedule_id, monkeypatch)
     await delete_schedules(client, {schedule_id})
 
 
@@ -110,3 +109,33 @@ async def test_a_heartbeat_row_unpause_creates_for_a_zoned_schedule_has_its_hori
         await heartbeats.delete(conn, rig.sid)
     await unpause(rig.client, rig.pool, rig.sid)
     assert await stored_horizon(rig.pool, rig.sid) == datetime(2030, 1, 1, tzinfo=UTC)
+
+
+class _AtASecondReading(datetime):
+    """The clock of a trigger sent at 2027-11-07T06:30:00Z: 01:30 EST in New York, the second
+    reading of 01:30 that day (the first is 05:30Z, EDT)."""
+
+    @classmethod
+    def now(cls, tz: tzinfo | None = None) -> _AtASecondReading:
+        return cls(2027, 11, 7, 6, 30, tzinfo=UTC)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=TriggerNotStarted,
+    reason="the guard refuses any run at the second reading of a wall time a fixed-hour cron "
+    "names, an operator's trigger too: a trigger sent in that second (Temporal's or with "
+    "--args) ends not-in-rule and nothing runs",
+)
+async def test_a_trigger_sent_at_a_second_reading_runs(rig: Rig, worker: Worker) -> None:
+    rig.in_june_of(2027)
+    await rig.apply(yearly_definition(rig.sid, cron="30 1 * * *", timezone=NEW_YORK))
+    rig.monkeypatch.setattr(args_trigger, "datetime", _AtASecondReading)
+    started = await args_trigger.trigger_with_args(
+        rig.client,
+        rig.sid,
+        OverriddenArgs(args={}, source="--args"),
+        import_job_modules([TEST_JOBS]),
+    )
+    assert started.logical_key == f"{rig.sid}@2027-11-07T06:30:00Z"
+    assert started.outcome == RAN
