@@ -3,17 +3,21 @@ from the stated rule. Each is expected to fail until fixed (xfail, strict)."""
 
 from __future__ import annotations
 
+import importlib.resources
+import zoneinfo
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from temporalio.client import ScheduleCalendarSpec
 
 from cronwarden.errors import ScheduleFileError
 from cronwarden.schedules import mapping
+from cronwarden.schedules.apply import horizon
 from cronwarden.schedules.mapping import DEFINITION_MEMO, DIGEST_MEMO, ZONE_COMPILED
 from cronwarden.schedules.model import ScheduleDefinition, parse_schedule_text
-from cronwarden.schedules.zones import compiled_until
+from cronwarden.schedules.zones import compiled_until, load_zone
 from tests.unit.test_zones import _registry
 
 NEW_YORK = "America/New_York"
@@ -73,3 +77,51 @@ def test_two_names_of_one_zone_are_duplicates() -> None:
     )
     with pytest.raises(ScheduleFileError, match="duplicate each other"):
         parse_schedule_text(text, _registry(), now=datetime(2027, 6, 1, tzinfo=UTC))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="`status --tz` reads zones with ZoneInfo(name): the host's /usr/share/zoneinfo "
+    "first, not the pinned tzdata the schedules' own local times use, and names only the host "
+    "has (right/UTC, localtime) too",
+)
+def test_status_tz_reads_the_pinned_zone_database(tmp_path: Path) -> None:
+    from cronwarden.cli.schedules import _zone
+
+    # A host whose America/New_York is another zone's data (a stale or foreign zoneinfo).
+    host = tmp_path / "America"
+    host.mkdir()
+    tokyo = importlib.resources.files("tzdata.zoneinfo").joinpath("Asia", "Tokyo")
+    (host / "New_York").write_bytes(tokyo.read_bytes())
+    winter = datetime(2027, 1, 15, 12, tzinfo=UTC)
+    zoneinfo.reset_tzpath(to=[str(tmp_path)])
+    zoneinfo.ZoneInfo.clear_cache()
+    try:
+        shown = winter.astimezone(_zone(NEW_YORK))
+    finally:
+        zoneinfo.reset_tzpath()
+        zoneinfo.ZoneInfo.clear_cache()
+    assert shown.utcoffset() == load_zone(NEW_YORK).utcoffset(winter)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="horizon() judges end_at a day before the horizon, so a schedule ending within its "
+    "last compiled day stores a horizon and is paged to re-apply, though it fires nothing "
+    "past it",
+)
+def test_a_schedule_ending_in_the_last_compiled_day_has_no_horizon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mapping, "clock", lambda: datetime(2026, 6, 1, tzinfo=UTC))
+    # Compiled in 2026: the entries end at 2029-01-01; the schedule ends 12 hours before.
+    defn = ScheduleDefinition.model_validate(
+        {
+            "id": "a",
+            "job": "noop",
+            "cron": "0 9 * * *",
+            "timezone": NEW_YORK,
+            "end_at": "2028-12-31T12:00:00Z",
+        }
+    )
+    assert horizon(defn, task_queue="q") is None
