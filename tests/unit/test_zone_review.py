@@ -6,18 +6,25 @@ from __future__ import annotations
 import importlib.resources
 import zoneinfo
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.client import ScheduleCalendarSpec
 
+from cronwarden.activities.contract import GuardedRunInput
+from cronwarden.activities.guard import _not_in_rule
 from cronwarden.errors import ScheduleFileError
-from cronwarden.schedules import mapping
+from cronwarden.schedules import mapping, zones
 from cronwarden.schedules.apply import horizon
 from cronwarden.schedules.mapping import DEFINITION_MEMO, DIGEST_MEMO, ZONE_COMPILED
 from cronwarden.schedules.model import ScheduleDefinition, parse_schedule_text
-from cronwarden.schedules.zones import compiled_until, load_zone
+from cronwarden.schedules.zones import (
+    compile_local,
+    compiled_instants,
+    compiled_until,
+    load_zone,
+)
 from tests.unit.test_zones import _registry
 
 NEW_YORK = "America/New_York"
@@ -125,3 +132,44 @@ def test_a_schedule_ending_in_the_last_compiled_day_has_no_horizon(
         }
     )
     assert horizon(defn, task_queue="q") is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the guard re-judges a fire by the worker's own zone data: a worker whose tzdata "
+    "differs from the one the entries were compiled from (a rolling release, a country "
+    "changing its rules) refuses a fire the compiled entries hold as the rule's",
+)
+def test_the_guard_does_not_refuse_a_compiled_fire_by_other_zone_data(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Mexico City has had no daylight saving since 2022: its 01:30 is 07:30Z every day,
+    # 2027-11-07 included, and that is what apply compiles and Temporal fires.
+    defn = ScheduleDefinition.model_validate(
+        {"id": "a", "job": "noop", "cron": "30 1 * * *", "timezone": "America/Mexico_City"}
+    )
+    fire = datetime(2027, 11, 7, 7, 30, tzinfo=UTC)
+    schedule = mapping.to_temporal(defn, task_queue="q")
+    assert fire in compiled_instants(
+        compile_local(defn.local_spec, fire, fire + timedelta(seconds=1)),  # type: ignore[arg-type]
+        fire,
+        fire + timedelta(seconds=1),
+    )
+    inp = GuardedRunInput(
+        schedule_id="a",
+        logical_key=f"a@{fire:%Y-%m-%dT%H:%M:%SZ}",
+        fire_time=fire.isoformat(),
+        job="noop",
+        args={},
+        args_digest="",
+        lock_name="schedule:a",
+        lock_ttl_seconds=60,
+        heartbeat_grace_seconds=60,
+        zone=schedule.action.args[0].zone,  # type: ignore[attr-defined]
+    )
+    # A worker whose zone data still has the old rule (a fall back on the first Sunday of
+    # November, as Chicago's): there 07:30Z on 2027-11-07 reads as the second 01:30.
+    chicago = load_zone("America/Chicago")
+    monkeypatch.setattr(zones, "load_zone", lambda name: chicago)
+    monkeypatch.setattr(zones, "ZONE_DB_VERSION", "2022a")
+    assert _not_in_rule(inp) is None
