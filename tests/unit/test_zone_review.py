@@ -25,6 +25,8 @@ from cronwarden.schedules.zones import (
     compiled_until,
     load_zone,
 )
+from tests.unit.test_horizon_scan import decide as decide_pass
+from tests.unit.test_horizon_scan import row as horizon_row
 from tests.unit.test_zones import _registry
 
 NEW_YORK = "America/New_York"
@@ -173,3 +175,16 @@ def test_the_guard_does_not_refuse_a_compiled_fire_by_other_zone_data(
     monkeypatch.setattr(zones, "load_zone", lambda name: chicago)
     monkeypatch.setattr(zones, "ZONE_DB_VERSION", "2022a")
     assert _not_in_rule(inp) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="every zoned schedule one apply compiled shares its horizon, and each horizon pages "
+    "on its own: a fleet of zoned schedules sends one page per schedule in the same pass, "
+    "for one cause and one fix (re-apply the file)",
+)
+def test_a_fleet_sharing_one_horizon_pages_once() -> None:
+    fleet = [horizon_row(f"zoned-{i:02}") for i in range(40)]
+    decided = decide_pass(horizons=fleet, watched=40)
+    pages = len(decided.open) + (1 if decided.system else 0)
+    assert pages == 1
