@@ -15,6 +15,7 @@ from temporalio.client import ScheduleCalendarSpec
 from cronwarden.activities.contract import GuardedRunInput
 from cronwarden.activities.guard import _not_in_rule
 from cronwarden.errors import ScheduleFileError
+from cronwarden.monitor import notify
 from cronwarden.schedules import mapping, zones
 from cronwarden.schedules.apply import horizon
 from cronwarden.schedules.mapping import DEFINITION_MEMO, DIGEST_MEMO, ZONE_COMPILED
@@ -25,6 +26,8 @@ from cronwarden.schedules.zones import (
     compiled_until,
     load_zone,
 )
+from cronwarden.store import notifications
+from cronwarden.store import zones as zone_store
 from tests.unit.test_horizon_scan import decide as decide_pass
 from tests.unit.test_horizon_scan import row as horizon_row
 from tests.unit.test_zones import _registry
@@ -188,3 +191,33 @@ def test_a_fleet_sharing_one_horizon_pages_once() -> None:
     decided = decide_pass(horizons=fleet, watched=40)
     pages = len(decided.open) + (1 if decided.system else 0)
     assert pages == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="a page's local time is added outside the guard that lets a page go out without "
+    "it: a recorded zone this release's tzdata does not know (applied by a newer release, a "
+    "rollback, a monitor not yet upgraded) raises, failing the sink's whole batch on every pass",
+)
+async def test_a_zone_the_monitor_does_not_know_holds_back_no_page(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def recorded(conn: object, ids: list[str]) -> dict[str, str]:
+        # A zone added to tzdata after the monitor's release (as America/Ciudad_Juarez was).
+        return {"zoned": "America/Added_Later"}
+
+    monkeypatch.setattr(zone_store, "latest_zones", recorded)
+    expected = "2027-03-14T07:00:00Z"
+
+    def claimed(number: int, sid: str) -> notifications.Claimed:
+        message = {
+            "schedule_id": sid,
+            "summary": f"schedule {sid}: missed its fire at {expected}",
+            "details": {"next_expected_at": expected},
+        }
+        return notifications.Claimed(number, number, "trigger", "webhook", message, 1)
+
+    rows = [claimed(1, "zoned"), claimed(2, "utc")]
+    # Both pages go out, the zoned one in UTC only.
+    assert await notify._with_local_times(None, rows) == rows
