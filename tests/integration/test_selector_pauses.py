@@ -5,6 +5,7 @@ read, or matches nothing, is one error and changes nothing."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -19,7 +20,7 @@ from tests.support.schedules import definition
 pytestmark = pytest.mark.integration
 
 # Two labels and two jobs, crossed: each selector below picks a different pair.
-FLEET = {
+FLEET: dict[str, dict[str, Any]] = {
     "a": {"labels": {"team": "billing"}, "job": "probe"},
     "b": {"labels": {"team": "billing"}, "job": "export"},
     "c": {"labels": {"team": "ops"}, "job": "export"},
