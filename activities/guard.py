@@ -50,7 +50,7 @@ from cronwarden.activities.jobs import InvalidArgs, JobRegistry, JobSpec, Unknow
 from cronwarden.activities.lease import AttemptAbandoned, LeaseRequest, acquire_lease
 from cronwarden.logs import get_logger
 from cronwarden.redact import for_storage
-from cronwarden.schedules.zones import LocalSpec, repeat_refusal
+from cronwarden.schedules import zones
 from cronwarden.store import heartbeats, locks, outbox
 from cronwarden.store.pool import own_statements
 from cronwarden.store.runs import CommitOutcome, CommitRecord, commit_run
@@ -911,17 +911,26 @@ def lease_wait_seconds(
 
 
 def _not_in_rule(inp: GuardedRunInput) -> str | None:
-    """Why a zoned schedule's rule never fires this run's instant (the second reading of a
-    repeated wall time it fires once), or None."""
+    """Why a zoned schedule's rule never fires this replay's instant (the second reading of a
+    repeated wall time it fires once), or None.
+
+    Replays only: a live fire comes from the compiled entries, which hold the rule's instants
+    only, and a trigger is the operator's own instant. And only with the zone data the entries
+    were compiled from: a worker on other data (a rolling release, a country's new rules)
+    could take a real fire for a second reading."""
     zone = inp.zone
-    if not zone:
+    if not zone or not inp.replay or zone.get("tzdata") != zones.ZONE_DB_VERSION:
         return None
-    local = LocalSpec(
-        zone=str(zone["timezone"]),
-        crons=tuple(zone.get("crons") or ()),
-        dst_repeat=zone.get("dst_repeat"),
-    )
-    return repeat_refusal(local, parse_fire_time(inp.fire_time))
+    try:
+        local = zones.LocalSpec(
+            zone=str(zone["timezone"]),
+            crons=tuple(zone.get("crons") or ()),
+            dst_repeat=zone.get("dst_repeat"),
+        )
+        return zones.repeat_refusal(local, parse_fire_time(inp.fire_time))
+    except (ValueError, KeyError, OSError):
+        # A zone or cron this worker cannot read: no reason to refuse what the plan chose.
+        return None
 
 
 def _bound(seconds: float | None) -> timedelta | None:

@@ -119,6 +119,10 @@ def with_local_time(message: Mapping[str, Any], zone: str | None) -> dict[str, A
     except ValueError:
         return dict(message)
     local = local_or_none(instant, zone)
+    if local is None:
+        # A zone this monitor's database does not know (recorded by a newer release): the
+        # page goes out in UTC, as it would have before.
+        return dict(message)
     summary = str(message.get("summary") or "").replace(expected, f"{expected} ({local})", 1)
     details.update(timezone=zone, next_expected_local=local)
     return {**message, "summary": summary, "details": details}

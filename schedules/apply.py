@@ -276,8 +276,12 @@ async def _update(
 def file_digest(definitions: list[ScheduleDefinition], *, task_queue: str) -> str:
     """The digest of a schedule file as applied: over its definitions' digests (which include
     the task queue and the mapping version), in no order. A comment, a reordering or another
-    spelling of the same durations is the same file."""
-    digests = sorted(definition_digest(d, task_queue=task_queue) for d in definitions)
+    spelling of the same durations is the same file, and so is a zoned file applied in another
+    year (its schedules' digests name the compiled years, the file's does not: an old release
+    re-run in January is still refused as superseded)."""
+    digests = sorted(
+        definition_digest(d, task_queue=task_queue, compiled=False) for d in definitions
+    )
     return hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
@@ -833,10 +837,17 @@ async def _record(
 def horizon(defn: ScheduleDefinition, *, task_queue: str) -> datetime | None:
     """Where the local-time entries this apply compiles end: Temporal has no fire of the
     schedule after it, so the monitor pages ahead of it (`heartbeats.compiled_until`). None for
-    a UTC schedule, and for one that fires nothing from a day before it on: the cron's wall
-    times are judged as UTC here, and no zone is a day away from UTC."""
+    a UTC schedule, for one that ends before it, and for one whose cron fires nothing from a
+    day before it on."""
     until = compiled_until(definition_json(defn, task_queue=task_queue).get(ZONE_COMPILED))
-    if until is None or defn.finished(until - timedelta(days=1)) is not None:
+    if until is None:
+        return None
+    # end_at is an instant: it ends the fires before the horizon or it does not. Temporal may
+    # still fire at end_at itself, which the entries do not reach when it is the horizon.
+    if defn.end_at is not None and defn.end_at < until:
+        return None
+    # The cron's wall times are judged as UTC here: a day's margin, as no zone is a day away.
+    if defn.finished(until - timedelta(days=1)) is not None:
         return None
     return until
 

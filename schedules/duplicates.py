@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cronwarden.schedules.zones import canonical_zone
+
 if TYPE_CHECKING:
     from cronwarden.schedules.model import ScheduleDefinition
 
@@ -20,14 +22,15 @@ DuplicateKey = tuple[str, str, str]
 Period = tuple[str | None, str | None]
 
 
-def duplicate_key(definition: Mapping[str, Any]) -> DuplicateKey:
+def duplicate_key(definition: Mapping[str, Any], *, shown: bool = False) -> DuplicateKey:
     """What makes two schedules the same work: job, trigger and args (key order ignored).
 
     Takes the JSON form of a definition (`model_dump(mode="json")`, or the definition stored in
     a schedule's memo), so a file entry and a schedule already in Temporal compare alike. A
     single cron and a list holding only it are one trigger, and a list's order does not count.
     Exclusions and jitter are left out: two schedules that fire on the same slots except a
-    holiday still do the same work on every other day.
+    holiday still do the same work on every other day. A zone is compared by its rules (two
+    names of one zone are one trigger); `shown` keeps the name as written, for messages.
     """
     cron, every = definition.get("cron"), definition.get("every")
     if cron is not None:
@@ -38,7 +41,7 @@ def duplicate_key(definition: Mapping[str, Any]) -> DuplicateKey:
     zone = definition.get("timezone")
     if zone and cron is not None:
         # 09:00 in Berlin and 09:00 in UTC are different instants; an interval ignores zones.
-        trigger += f" in {zone}"
+        trigger += f" in {zone if shown else canonical_zone(str(zone))}"
     args = json.dumps(definition.get("args") or {}, sort_keys=True, separators=(",", ":"))
     return (str(definition.get("job")), trigger, args)
 
@@ -60,18 +63,21 @@ def _before_or_at(start: str | None, end: str | None) -> bool:
     return datetime.fromisoformat(start) <= datetime.fromisoformat(end)
 
 
-def _describe(key: DuplicateKey) -> str:
-    job, trigger, args = key
+def _describe(definition: Mapping[str, Any]) -> str:
+    job, trigger, args = duplicate_key(definition, shown=True)
     return f"job '{job}', {trigger}, args {args}"
 
 
 def duplicates_in_file(definitions: Iterable[ScheduleDefinition]) -> list[str]:
     """One problem per group of file entries that duplicate each other at some instant."""
     groups: dict[DuplicateKey, list[tuple[str, Period]]] = {}
+    first: dict[DuplicateKey, Mapping[str, Any]] = {}
     for defn in definitions:
         if not defn.allow_duplicate:
             data = defn.model_dump(mode="json")
-            groups.setdefault(duplicate_key(data), []).append((defn.id, period(data)))
+            key = duplicate_key(data)
+            groups.setdefault(key, []).append((defn.id, period(data)))
+            first.setdefault(key, data)
     problems = []
     for key, members in groups.items():
         ids = sorted(
@@ -84,7 +90,8 @@ def duplicates_in_file(definitions: Iterable[ScheduleDefinition]) -> list[str]:
         )
         if len(ids) > 1:
             problems.append(
-                f"schedules {_join(ids)} duplicate each other ({_describe(key)}); remove one, "
+                f"schedules {_join(ids)} duplicate each other ({_describe(first[key])}); "
+                "remove one, "
                 "or set `allow_duplicate: true` on each if both are meant to run"
             )
     return problems
@@ -113,7 +120,7 @@ def duplicates_of_existing(
         if clashing:
             problems.append(
                 f"schedule '{defn.id}' duplicates the existing schedule(s) "
-                f"{_join(clashing)} ({_describe(key)}); delete the old one, or set "
+                f"{_join(clashing)} ({_describe(data)}); delete the old one, or set "
                 "`allow_duplicate: true` if both are meant to run"
             )
     return problems

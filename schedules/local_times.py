@@ -32,10 +32,15 @@ def zone_of_definition(definition: Mapping[str, Any] | None) -> str | None:
 
 
 def local_or_none(instant: datetime | None, zone: str | None) -> str | None:
-    """`zones.local_text` of an instant that may be absent."""
+    """`zones.local_text` of an instant that may be absent; None too for a zone this host's
+    database does not know (recorded by a newer release): the UTC text still shows, and no
+    page or view fails for want of a local reading."""
     if instant is None or zone is None:
         return None
-    return local_text(instant, zone)
+    try:
+        return local_text(instant, zone)
+    except ValueError:
+        return None
 
 
 def with_local(instant: datetime | None, zone: str | None, *, missing: str = "-") -> str:

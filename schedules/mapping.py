@@ -30,6 +30,7 @@ from cronwarden.activities.contract import (
 from cronwarden.schedules.model import SPEC_EXTRAS, Overlap, ScheduleDefinition
 from cronwarden.schedules.spec_parts import SkipCalendar
 from cronwarden.schedules.zones import (
+    ZONE_DB_VERSION,
     compile_local,
     compile_window,
     compiled_label,
@@ -75,10 +76,18 @@ def zone_of(defn: ScheduleDefinition) -> dict[str, Any] | None:
     """What the guard needs to tell a repeated wall time's second reading (None: UTC)."""
     if defn.timezone is None or not defn.crons:
         return None
-    return {"timezone": defn.timezone, "crons": defn.crons, "dst_repeat": defn.dst_repeat}
+    return {
+        "timezone": defn.timezone,
+        "crons": defn.crons,
+        "dst_repeat": defn.dst_repeat,
+        # The guard judges a replay by the rule only with the zone data it was compiled from.
+        "tzdata": ZONE_DB_VERSION,
+    }
 
 
-def run_input(defn: ScheduleDefinition, *, task_queue: str) -> ScheduledRunInput:
+def run_input(
+    defn: ScheduleDefinition, *, task_queue: str, now: datetime | None = None
+) -> ScheduledRunInput:
     bounds = defn.expected_duration
     return ScheduledRunInput(
         schedule_id=defn.id,
@@ -92,7 +101,7 @@ def run_input(defn: ScheduleDefinition, *, task_queue: str) -> ScheduledRunInput
         timeout_seconds=defn.timeout.total_seconds(),
         heartbeat_grace_seconds=defn.heartbeat_grace.total_seconds(),
         max_attempts=defn.max_attempts,
-        definition_digest=definition_digest(defn, task_queue=task_queue),
+        definition_digest=definition_digest(defn, task_queue=task_queue, now=now),
         zone=zone_of(defn),
         min_duration_seconds=_seconds(bounds.min if bounds is not None else None),
         max_duration_seconds=_seconds(bounds.max if bounds is not None else None),
@@ -105,7 +114,16 @@ def _seconds(value: timedelta | None) -> float | None:
     return None if value is None else value.total_seconds()
 
 
-def definition_json(defn: ScheduleDefinition, *, task_queue: str) -> dict[str, Any]:
+def definition_json(
+    defn: ScheduleDefinition,
+    *,
+    task_queue: str,
+    now: datetime | None = None,
+    compiled: bool = True,
+) -> dict[str, Any]:
+    """The definition as applied: the file entry plus what it runs on. `now` names the years a
+    zoned schedule is compiled for (default: the clock's); `compiled=False` leaves them out,
+    for comparing files whatever year they are applied in."""
     # allow_duplicate only steers apply's guard; it is not part of what runs, so flipping it
     # must not count as a change to the schedule.
     data: dict[str, Any] = defn.model_dump(mode="json", exclude={"allow_duplicate"})
@@ -114,17 +132,25 @@ def definition_json(defn: ScheduleDefinition, *, task_queue: str) -> dict[str, A
         # a set one is in, so changing it re-applies the schedule.
         if data.get(name) in (None, [], {}):
             data.pop(name, None)
-    if defn.timezone is not None:
-        data[ZONE_COMPILED] = compiled_label(clock())
+    if defn.timezone is not None and compiled:
+        data[ZONE_COMPILED] = compiled_label(now or clock())
     data["task_queue"] = task_queue
     data["workflow"] = WORKFLOW_NAME
     data["mapping_version"] = MAPPING_VERSION
     return data
 
 
-def definition_digest(defn: ScheduleDefinition, *, task_queue: str) -> str:
+def definition_digest(
+    defn: ScheduleDefinition,
+    *,
+    task_queue: str,
+    now: datetime | None = None,
+    compiled: bool = True,
+) -> str:
     canonical = json.dumps(
-        definition_json(defn, task_queue=task_queue), sort_keys=True, separators=(",", ":")
+        definition_json(defn, task_queue=task_queue, now=now, compiled=compiled),
+        sort_keys=True,
+        separators=(",", ":"),
     )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -140,7 +166,10 @@ def execution_timeout(defn: ScheduleDefinition) -> timedelta:
 
 
 def to_spec(
-    defn: ScheduleDefinition, *, window: tuple[datetime, datetime] | None = None
+    defn: ScheduleDefinition,
+    *,
+    window: tuple[datetime, datetime] | None = None,
+    now: datetime | None = None,
 ) -> ScheduleSpec:
     """The definition's spec as Temporal's, UTC only (no time zone ever set).
 
@@ -148,7 +177,7 @@ def to_spec(
     about other years passes its own."""
     local = defn.local_spec
     if local is not None:
-        start, end = window or compile_window(clock())
+        start, end = window or compile_window(now or clock())
         compiled = compile_local(local, start, end)
         return ScheduleSpec(
             calendars=list(compiled.calendars),
@@ -192,16 +221,20 @@ def to_temporal(
     task_queue: str,
     window: tuple[datetime, datetime] | None = None,
 ) -> Schedule:
-    spec = to_spec(defn, window=window)
+    # One reading of the clock for the entries, the memo's label and the run input's digest:
+    # read apart, an apply straddling midnight on 31 December would push last year's entries
+    # under this year's label, and no later apply would see anything to change.
+    now = clock()
+    spec = to_spec(defn, window=window, now=now)
     action = ScheduleActionStartWorkflow(
         WORKFLOW_NAME,
-        run_input(defn, task_queue=task_queue),
+        run_input(defn, task_queue=task_queue, now=now),
         id=defn.id,
         task_queue=task_queue,
         execution_timeout=execution_timeout(defn),
         memo={
-            DIGEST_MEMO: definition_digest(defn, task_queue=task_queue),
-            DEFINITION_MEMO: definition_json(defn, task_queue=task_queue),
+            DIGEST_MEMO: definition_digest(defn, task_queue=task_queue, now=now),
+            DEFINITION_MEMO: definition_json(defn, task_queue=task_queue, now=now),
         },
     )
     policy = SchedulePolicy(

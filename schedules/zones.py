@@ -29,6 +29,7 @@ entries and `ZONE_DB_VERSION` names what they were compiled from.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import importlib
 import importlib.resources
 import itertools
@@ -122,6 +123,26 @@ def check_zone_name(name: str) -> str:
         f"'{name}' is not an IANA time zone name{hint}; write one like Europe/Berlin or "
         "America/New_York"
     )
+
+
+@cache
+def _same_rules() -> dict[str, str]:
+    """Each zone name -> the first name (alphabetically) whose database file is byte for byte
+    the same: tzdata's links (US/Eastern, America/New_York) and zones that never differed."""
+    package = importlib.resources.files("tzdata.zoneinfo")
+    by_content: dict[bytes, list[str]] = {}
+    for name in _zone_names():
+        resource = package
+        for part in name.split("/"):
+            resource = resource.joinpath(part)
+        by_content.setdefault(hashlib.sha256(resource.read_bytes()).digest(), []).append(name)
+    return {name: min(names) for names in by_content.values() for name in names}
+
+
+def canonical_zone(name: str) -> str:
+    """One name for every name of the same rules, so two schedules in US/Eastern and
+    America/New_York are seen to fire at the same instants."""
+    return _same_rules().get(name, name)
 
 
 @cache

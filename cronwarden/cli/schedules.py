@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 from rich.markup import escape
@@ -648,14 +647,16 @@ def _usage(message: str) -> typer.Exit:
 
 
 def _zone(name: str | None) -> tzinfo:
+    # The pinned tzdata wheel's zones, as schedules are compiled with, never the host's.
+    from cronwarden.schedules import zones
+
     if name is None or name.upper() == "UTC":
         return UTC
     try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidInput(
-            f"unknown time zone '{name}' (use an IANA name such as Europe/Paris)"
-        ) from None
+        checked = zones.check_zone_name(name)
+    except ValueError as exc:
+        raise InvalidInput(f"--tz: {exc}") from None
+    return UTC if checked in zones.UTC_NAMES else zones.load_zone(checked)
 
 
 def status_command(

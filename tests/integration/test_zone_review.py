@@ -1,6 +1,6 @@
 """Local-time schedules under attack, on the real Temporal and Postgres: a release rolled back
 across a new year, and a heartbeat row that `schedules unpause` creates for a zoned schedule.
-Each is expected to fail until fixed (xfail, strict)."""
+Each failed before its fix."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from cronwarden.activities.jobs import import_job_modules
 from cronwarden.schedules import args_trigger, mapping
 from cronwarden.schedules.apply import SupersededFile, apply_definitions
 from cronwarden.schedules.model import ScheduleDefinition
-from cronwarden.schedules.operations import TriggerNotStarted, pause, unpause
+from cronwarden.schedules.operations import pause, unpause
 from cronwarden.schedules.overridden_args import OverriddenArgs
 from cronwarden.store import heartbeats
 from tests.integration.test_horizon import stored_horizon
@@ -65,13 +65,6 @@ async def rig(
     await delete_schedules(client, {schedule_id})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the superseded-file check compares file digests that include the compiled years: "
-    "an old release re-run in a new year has a digest never applied before, so it undoes the "
-    "newer file without --force",
-)
 async def test_an_old_release_rerun_in_a_new_year_is_still_refused(rig: Rig) -> None:
     old = yearly_definition(rig.sid, timezone=BERLIN)
     new = yearly_definition(rig.sid, timezone=NEW_YORK)
@@ -120,13 +113,6 @@ class _AtASecondReading(datetime):
         return cls(2027, 11, 7, 6, 30, tzinfo=UTC)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TriggerNotStarted,
-    reason="the guard refuses any run at the second reading of a wall time a fixed-hour cron "
-    "names, an operator's trigger too: a trigger sent in that second (Temporal's or with "
-    "--args) ends not-in-rule and nothing runs",
-)
 async def test_a_trigger_sent_at_a_second_reading_runs(rig: Rig, worker: Worker) -> None:
     rig.in_june_of(2027)
     await rig.apply(yearly_definition(rig.sid, cron="30 1 * * *", timezone=NEW_YORK))

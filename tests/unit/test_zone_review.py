@@ -1,5 +1,5 @@
 """Local-time schedules under attack: cases where what is pushed, recorded or checked departs
-from the stated rule. Each is expected to fail until fixed (xfail, strict)."""
+from the stated rule. Each failed before its fix (the horizon ones marked xfail until theirs)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from cronwarden.schedules.zones import (
 )
 from cronwarden.store import notifications
 from cronwarden.store import zones as zone_store
+from tests.support.registries import noop_registry as _registry
 from tests.unit.test_horizon_scan import decide as decide_pass
 from tests.unit.test_horizon_scan import row as horizon_row
-from tests.unit.test_zones import _registry
 
 NEW_YORK = "America/New_York"
 
@@ -49,12 +49,6 @@ def _last_compiled_year(spec_calendars: list[ScheduleCalendarSpec]) -> int:
     return max(years)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="to_temporal reads the clock once for the compiled entries and again for the memo's "
-    "label: an apply straddling the new year pushes entries for the old years under the new "
-    "years' label, so later applies see no change and the horizon is stored a year too far",
-)
 def test_an_apply_straddling_new_year_pushes_entries_its_memo_names(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -76,11 +70,6 @@ def test_an_apply_straddling_new_year_pushes_entries_its_memo_names(
     assert schedule.action.args[0].definition_digest == memo[DIGEST_MEMO]  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the duplicate check compares zone names as text: two links to one zone "
-    "(US/Eastern, America/New_York) fire the same instants but are not reported",
-)
 def test_two_names_of_one_zone_are_duplicates() -> None:
     text = (
         "schedules:\n"
@@ -91,12 +80,6 @@ def test_two_names_of_one_zone_are_duplicates() -> None:
         parse_schedule_text(text, _registry(), now=datetime(2027, 6, 1, tzinfo=UTC))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`status --tz` reads zones with ZoneInfo(name): the host's /usr/share/zoneinfo "
-    "first, not the pinned tzdata the schedules' own local times use, and names only the host "
-    "has (right/UTC, localtime) too",
-)
 def test_status_tz_reads_the_pinned_zone_database(tmp_path: Path) -> None:
     from cronwarden.cli.schedules import _zone
 
@@ -139,12 +122,6 @@ def test_a_schedule_ending_in_the_last_compiled_day_has_no_horizon(
     assert horizon(defn, task_queue="q") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the guard re-judges a fire by the worker's own zone data: a worker whose tzdata "
-    "differs from the one the entries were compiled from (a rolling release, a country "
-    "changing its rules) refuses a fire the compiled entries hold as the rule's",
-)
 def test_the_guard_does_not_refuse_a_compiled_fire_by_other_zone_data(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -193,13 +170,6 @@ def test_a_fleet_sharing_one_horizon_pages_once() -> None:
     assert pages == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="a page's local time is added outside the guard that lets a page go out without "
-    "it: a recorded zone this release's tzdata does not know (applied by a newer release, a "
-    "rollback, a monitor not yet upgraded) raises, failing the sink's whole batch on every pass",
-)
 async def test_a_zone_the_monitor_does_not_know_holds_back_no_page(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

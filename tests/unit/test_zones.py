@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cronwarden.activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
 from cronwarden.errors import ScheduleFileError
 from cronwarden.schedules.mapping import definition_json, to_spec
 from cronwarden.schedules.model import ScheduleDefinition, parse_schedule_text
@@ -28,6 +27,7 @@ from cronwarden.schedules.zones import (
     rule_slots,
     transitions,
 )
+from tests.support.registries import noop_registry
 
 YEAR_2027 = (datetime(2027, 1, 1, tzinfo=UTC), datetime(2028, 1, 1, tzinfo=UTC))
 
@@ -228,14 +228,7 @@ schedules:
 """
 
 
-async def _noop(ctx: JobContext) -> JobResult:
-    return None
-
-
-def _registry() -> JobRegistry:
-    registry = JobRegistry()
-    registry.register(JobSpec(name="noop", func=_noop, read_only=False, args_model=None))
-    return registry
+_registry = noop_registry
 
 
 def test_the_file_default_zone_applies_to_entries_that_name_none() -> None:

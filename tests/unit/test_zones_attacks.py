@@ -7,25 +7,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cronwarden.activities.jobs import JobContext, JobRegistry, JobResult, JobSpec
 from cronwarden.schedules.apply import horizon
 from cronwarden.schedules.mapping import definition_json
 from cronwarden.schedules.model import ScheduleDefinition, parse_schedule_text
 from cronwarden.schedules.zones import LocalSpec, compile_local, compiled_instants, rule_slots
+from tests.support.registries import noop_registry
 
 
 def utc(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-async def _noop(ctx: JobContext) -> JobResult:
-    return None
-
-
-def _registry() -> JobRegistry:
-    registry = JobRegistry()
-    registry.register(JobSpec(name="noop", func=_noop, read_only=False, args_model=None))
-    return registry
+_registry = noop_registry
 
 
 def test_a_window_starting_inside_a_repeated_hour_fires_no_second_reading() -> None:
