@@ -99,12 +99,6 @@ def test_status_tz_reads_the_pinned_zone_database(tmp_path: Path) -> None:
     assert shown.utcoffset() == load_zone(NEW_YORK).utcoffset(winter)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="horizon() judges end_at a day before the horizon, so a schedule ending within its "
-    "last compiled day stores a horizon and is paged to re-apply, though it fires nothing "
-    "past it",
-)
 def test_a_schedule_ending_in_the_last_compiled_day_has_no_horizon(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
