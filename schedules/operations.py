@@ -32,6 +32,8 @@ from cronwarden.schedules.inventory import (
     no_such_schedule,
 )
 from cronwarden.schedules.lives import delete_schedule
+from cronwarden.schedules.local_times import horizon_of
+from cronwarden.schedules.mapping import DEFINITION_MEMO
 from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.store import change_log, heartbeats, pause_history
 from cronwarden.times import utc_text, utc_text_or_none
@@ -138,13 +140,18 @@ async def unpause(
             await heartbeats.resume(conn, schedule_id=schedule_id, next_expected_at=next_fire)
         else:
             # No row (never applied here, or lost): start tracking, or the monitor never would.
-            digest = (await action_memo(client, after.description)).get(DIGEST_MEMO)
+            # A zoned schedule's horizon too, as apply stored it: past it Temporal fires
+            # nothing, and without it no page would say so.
+            memo = await action_memo(client, after.description)
+            digest = memo.get(DIGEST_MEMO)
+            definition = memo.get(DEFINITION_MEMO)
             await heartbeats.expect(
                 conn,
                 schedule_id=schedule_id,
                 next_expected_at=next_fire,
                 grace=_grace(before),
                 definition_digest=digest if isinstance(digest, str) else None,
+                compiled_until=horizon_of(definition if isinstance(definition, dict) else None),
             )
     log.info(
         "schedule.unpaused",

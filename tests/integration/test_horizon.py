@@ -23,9 +23,9 @@ from cronwarden.monitor.process import run_monitor
 from cronwarden.schedules import mapping
 from cronwarden.schedules.apply import CREATED, UNCHANGED, UPDATED, apply_definitions
 from cronwarden.schedules.model import ScheduleDefinition
-from cronwarden.store import heartbeats
 from cronwarden.store.incidents import HORIZON, HORIZON_LEAD
 from tests.support.cleanup import delete_schedules
+from tests.support.horizons import stored_horizon
 from tests.support.http_probe import http_get_text
 from tests.support.monitor import (
     RECOVERED,
@@ -185,14 +185,6 @@ async def apply_in(
 
     yield apply
     await delete_schedules(client, applied)
-
-
-async def stored_horizon(pool: asyncpg.Pool, schedule_id: str) -> datetime | None:
-    async with pool.acquire() as conn:
-        row = await heartbeats.get(conn, schedule_id)
-    assert row is not None
-    until: datetime | None = row["compiled_until"]
-    return until
 
 
 async def test_apply_stores_a_zoned_schedules_horizon_and_clears_it_when_it_is_utc_again(

@@ -22,8 +22,8 @@ from cronwarden.schedules.model import ScheduleDefinition
 from cronwarden.schedules.operations import pause, unpause
 from cronwarden.schedules.overridden_args import OverriddenArgs
 from cronwarden.store import heartbeats
-from tests.integration.test_horizon import stored_horizon
 from tests.support.cleanup import delete_schedules
+from tests.support.horizons import stored_horizon
 from tests.support.schedules import yearly_definition
 from tests.support.servers import TEST_JOBS
 
@@ -83,12 +83,6 @@ async def test_an_old_release_rerun_in_a_new_year_is_still_refused(rig: Rig) -> 
     raise AssertionError("the old file was applied over the newer one without --force")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="unpause creates a missing heartbeat row without compiled_until, so a zoned "
-    "schedule's horizon is not watched until the next apply: past it Temporal fires nothing "
-    "and no page comes",
-)
 async def test_a_heartbeat_row_unpause_creates_for_a_zoned_schedule_has_its_horizon(
     rig: Rig,
 ) -> None:

@@ -3,42 +3,11 @@ schedule near the end of its compiled entries pages on its own, whatever else th
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
-from cronwarden.monitor.scan import RECOVERED, SystemRule, horizon_problem, plan
+from cronwarden.monitor.scan import RECOVERED, horizon_problem
 from cronwarden.store.incidents import HORIZON, OVERDUE
-
-NOW = datetime(2028, 12, 22, 12, 0, tzinfo=UTC)
-HORIZON_AT = datetime(2029, 1, 1, tzinfo=UTC)
-LEAD = timedelta(days=30)
-
-
-def row(sid: str, *, until: datetime | None = HORIZON_AT, late: bool = False) -> dict[str, Any]:
-    return {
-        "schedule_id": sid,
-        "next_expected_at": NOW - timedelta(hours=1) if late else NOW + timedelta(hours=1),
-        "grace": timedelta(minutes=1),
-        "last_success_at": NOW - timedelta(hours=2),
-        "last_error": None,
-        "paused": False,
-        "compiled_until": until,
-    }
-
-
-def decide(**kw: Any) -> Any:
-    values: dict[str, Any] = {
-        "now": NOW,
-        "overdue": [],
-        "incident_heartbeats": [],
-        "overlong": [],
-        "open_incidents": [],
-        "watched": 10,
-        "rule": SystemRule(min_schedules=3, ratio=0.2),
-        "horizon_lead": LEAD,
-    }
-    values.update(kw)
-    return plan(**values)
+from tests.support.horizons import HORIZON_AT, LEAD, NOW, decide, row
 
 
 def test_the_lead_decides_and_a_utc_schedule_never_has_a_horizon() -> None:

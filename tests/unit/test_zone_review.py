@@ -28,9 +28,9 @@ from cronwarden.schedules.zones import (
 )
 from cronwarden.store import notifications
 from cronwarden.store import zones as zone_store
+from tests.support.horizons import decide as decide_pass
+from tests.support.horizons import row as horizon_row
 from tests.support.registries import noop_registry as _registry
-from tests.unit.test_horizon_scan import decide as decide_pass
-from tests.unit.test_horizon_scan import row as horizon_row
 
 NEW_YORK = "America/New_York"
 
