@@ -436,21 +436,40 @@ class Monitor:
             horizon_lead=self.options.horizon_lead,
         )
 
+    async def _open_under(
+        self, conn: Any, row: Mapping[str, Any], problems: list[scan.Problem] | None
+    ) -> list[dict[str, Any]] | None:
+        """Open `problems` under the incident `row`, in its transaction, so its one page lists
+        them after its own schedule (`scan.Plan.under`); None when it pages for itself alone.
+        Members resolve quietly, and it resolves once none is left (`scan.plan`)."""
+        if not problems:
+            return None
+        listed = [{"schedule_id": row["schedule_id"], "kind": row["kind"]}]
+        for problem in problems:
+            member = await self._open_one(conn, problem, parent_id=row["id"])
+            if member is not None:
+                listed.append({"schedule_id": member["schedule_id"], "kind": member["kind"]})
+        return listed
+
     async def _open(self, conn: Any, decided: scan.Plan) -> int:
         opened = 0
         for problem in decided.open:
             async with conn.transaction():
                 row = await self._open_one(conn, problem)
                 if row is None:
-                    continue  # open already, or another replica opened it first
-                await self._page(conn, TRIGGER, row)
-            opened += 1
+                    continue  # open already, or another replica opened it first (with any
+                    # schedules it pages for)
+                members = await self._open_under(conn, row, decided.under.get(problem.schedule_id))
+                await self._page(conn, TRIGGER, row, members)
+            # The listed schedules: the incident's own first, then those opened under it.
+            opened += len(members) if members else 1
             log.warning(
                 "incident.opened",
                 incident_id=row["id"],
                 schedule_id=problem.schedule_id,
                 kind=problem.kind,
                 summary=problem.summary,
+                **({} if members is None else {"schedules_total": len(members)}),
             )
         if decided.system:
             opened += await self._open_system(conn, decided.system)

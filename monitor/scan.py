@@ -13,6 +13,7 @@ from typing import Any
 
 from cronwarden.activities.contract import fire_time_of_key
 from cronwarden.backfill.causes import next_command
+from cronwarden.monitor.messages import SUMMARY_NAMES, system_details
 from cronwarden.redact import redact
 from cronwarden.store.incidents import (
     HORIZON,
@@ -72,13 +73,18 @@ class Resolution:
 @dataclass
 class Plan:
     open: list[Problem] = field(default_factory=list)
-    """Problems of schedules with no open incident, each paged on its own."""
+    """Problems of schedules with no open incident, each paged on its own (a horizon one for
+    the schedules `under` it too)."""
     system: list[Problem] = field(default_factory=list)
     """Overdue schedules paged together by one system incident (new or already open)."""
     resolve: list[Resolution] = field(default_factory=list)
     replace: list[tuple[Mapping[str, Any], Problem]] = field(default_factory=list)
     """Open incidents whose problem changed kind: resolved and opened anew in one transaction,
     so the new problem pages (a run that took too long, then left the schedule overdue)."""
+    under: dict[str, list[Problem]] = field(default_factory=dict)
+    """Horizon problems opened under another's `horizon` incident of `open` (by its schedule
+    id), which pages once for all of them: they share one compiled horizon, so one cause (an
+    apply of the same year) and one fix (re-apply the file)."""
 
 
 def heartbeat_problem(beat: Mapping[str, Any], now: datetime) -> Problem | None:
@@ -129,15 +135,9 @@ def horizon_problem(
     if beat["paused"] or until is None or until - lead > now:
         return None
     sid = beat["schedule_id"]
-    if until > now:
-        # Whole days, counted up: "in 0 days" would read as already past.
-        days = -((now - until) // timedelta(days=1))
-        when = f"end at {utc_text(until)}, in {days} day(s)"
-    else:
-        when = f"ended at {utc_text(until)}: Temporal fires it no more"
     summary = (
         f"schedule {sid}: re-apply the schedule file (`cronwarden schedules apply`): its "
-        f"local-time entries {when}; a re-apply compiles the years after"
+        f"local-time entries {_horizon_when(until, now)}; a re-apply compiles the years after"
     )
     details = {
         "compiled_until": utc_text(until),
@@ -145,6 +145,46 @@ def horizon_problem(
         "next_expected_at": utc_text_or_none(beat.get("next_expected_at")),
     }
     return Problem(sid, HORIZON, summary, details)
+
+
+def _horizon_when(until: datetime, now: datetime) -> str:
+    if until > now:
+        # Whole days, counted up: "in 0 days" would read as already past.
+        days = -((now - until) // timedelta(days=1))
+        return f"end at {utc_text(until)}, in {days} day(s)"
+    return f"ended at {utc_text(until)}: Temporal fires it no more"
+
+
+def _group_horizons(
+    problems: list[Problem], now: datetime
+) -> tuple[list[Problem], dict[str, list[Problem]]]:
+    """`problems` with each set of new horizon problems sharing a `compiled_until` cut to its
+    first, which names them all (the first `LISTED` ids and the count, as a system page does),
+    and the others by the first's schedule id (`Plan.under`). A set of one stays as it is."""
+    shared: dict[str, list[Problem]] = {}
+    for problem in problems:
+        if problem.kind == HORIZON:
+            shared.setdefault(problem.details["compiled_until"], []).append(problem)
+    under: dict[str, list[Problem]] = {}
+    kept = []
+    for problem in problems:
+        group = shared.get(problem.details.get("compiled_until", ""), [])
+        if problem.kind != HORIZON or len(group) == 1:
+            kept.append(problem)
+        elif problem is group[0]:
+            ids = [p.schedule_id for p in group]
+            named = ", ".join(ids[:SUMMARY_NAMES])
+            more = f" and {len(ids) - SUMMARY_NAMES:,} more" if len(ids) > SUMMARY_NAMES else ""
+            until = datetime.fromisoformat(problem.details["compiled_until"])
+            summary = (
+                f"{len(ids):,} schedules: re-apply the schedule file (`cronwarden schedules "
+                f"apply`): their local-time entries {_horizon_when(until, now)}; a re-apply "
+                f"compiles the years after: {named}{more}"
+            )
+            details = {**problem.details, **system_details(ids)}
+            kept.append(Problem(problem.schedule_id, HORIZON, summary, details))
+            under[problem.schedule_id] = group[1:]
+    return kept, under
 
 
 def elapsed_text(td: timedelta) -> str:
@@ -344,4 +384,21 @@ def plan(
     else:
         result.system = rejoin
         result.open = [p for p in new if p not in rejoin]
+    result.open, result.under = _group_horizons(result.open, now)
+    result.resolve = _keep_groups_open(result.resolve, open_incidents)
     return result
+
+
+def _keep_groups_open(
+    resolve: list[Resolution], open_incidents: Sequence[Mapping[str, Any]]
+) -> list[Resolution]:
+    """`resolve` without a horizon incident that pages for others (`Plan.under`) while one of
+    them stays open: its page and its resolve are the group's, and it resolves once none of
+    the group is left."""
+    resolving = {r.incident["id"] for r in resolve}
+    held = {
+        i["parent_id"]
+        for i in open_incidents
+        if i["parent_id"] is not None and i["kind"] == HORIZON and i["id"] not in resolving
+    }
+    return [r for r in resolve if r.incident["id"] not in held]

@@ -100,6 +100,39 @@ async def test_a_horizon_ten_days_away_pages_once_and_resolves_once_when_it_move
     assert incident["kind"] == HORIZON and incident["resolution"] == "recovered"
 
 
+async def test_schedules_sharing_a_horizon_page_once_and_resolve_once_none_is_left(
+    database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
+) -> None:
+    """The zoned schedules one apply compiled share their horizon: one page names them all,
+    and its resolve comes once the last of them is re-applied, not the first."""
+    fleet = [f"{schedule_id}-{i}" for i in range(3)]
+    for sid in fleet:
+        await stage_zoned(pool, sid, horizon="10 days")
+    await pool.execute(
+        "UPDATE cronwarden.heartbeats"
+        " SET compiled_until = date_trunc('day', now()) + interval '10 days'"
+    )
+    async with monitoring(database, receiver) as monitor:
+        await passes(monitor, 2)
+        [trigger] = events(receiver)
+        assert trigger["kind"] == HORIZON and trigger["schedule_id"] == fleet[0]
+        assert [s["schedule_id"] for s in trigger["schedules"]] == fleet
+        assert trigger["schedules_total"] == 3
+        assert trigger["summary"].startswith("3 schedules: re-apply the schedule file")
+        assert trigger["details"]["schedule_ids"] == fleet
+        # The schedule whose incident pages is re-applied first: the page stands for the rest.
+        await pool.execute(MOVE_HORIZON, fleet[0], "3 years")
+        await passes(monitor, 2)
+        assert events(receiver) == [trigger]
+        for sid in fleet[1:]:
+            await pool.execute(MOVE_HORIZON, sid, "3 years")
+        await passes(monitor, 2)
+    assert [b["event"] for b in events(receiver)] == ["trigger", "resolve"]
+    for sid in fleet:
+        [incident] = await incidents_of(pool, sid)
+        assert incident["resolved_at"] is not None
+
+
 async def test_a_horizon_already_passed_with_no_fire_ahead_pages(
     database: str, pool: asyncpg.Pool, receiver: Receiver, schedule_id: str
 ) -> None:

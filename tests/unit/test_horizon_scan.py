@@ -43,3 +43,23 @@ def test_a_horizon_moved_out_resolves_and_one_still_near_does_not() -> None:
     )
     assert [(r.incident["id"], r.resolution) for r in decided.resolve] == [(1, RECOVERED)]
     assert decided.open == [] and decided.replace == []
+
+
+def test_a_shared_horizon_pages_once_and_its_incident_resolves_once_none_is_left() -> None:
+    fleet = [row(f"zoned-{i}") for i in range(3)]
+    decided = decide(horizons=fleet)
+    [first] = decided.open
+    assert first.schedule_id == "zoned-0" and first.details["schedules_total"] == 3
+    assert [p.schedule_id for p in decided.under["zoned-0"]] == ["zoned-1", "zoned-2"]
+    moved = [row(f"zoned-{i}", until=HORIZON_AT + timedelta(days=365)) for i in range(3)]
+    open_incidents = [
+        {"id": 1, "schedule_id": "zoned-0", "kind": HORIZON, "parent_id": None, "opened_at": NOW},
+        {"id": 2, "schedule_id": "zoned-1", "kind": HORIZON, "parent_id": 1, "opened_at": NOW},
+    ]
+    # The first re-applied alone: its incident pages for the other, which is still near.
+    held = decide(
+        horizons=[fleet[1]], incident_heartbeats=[moved[0], fleet[1]], open_incidents=open_incidents
+    )
+    assert held.resolve == [] and held.open == []
+    done = decide(incident_heartbeats=moved[:2], open_incidents=open_incidents)
+    assert sorted(r.incident["id"] for r in done.resolve) == [1, 2]

@@ -1,5 +1,5 @@
 """Local-time schedules under attack: cases where what is pushed, recorded or checked departs
-from the stated rule. Each failed before its fix (the horizon ones marked xfail until theirs)."""
+from the stated rule. Each failed before its fix."""
 
 from __future__ import annotations
 
@@ -151,12 +151,6 @@ def test_the_guard_does_not_refuse_a_compiled_fire_by_other_zone_data(
     assert _not_in_rule(inp) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="every zoned schedule one apply compiled shares its horizon, and each horizon pages "
-    "on its own: a fleet of zoned schedules sends one page per schedule in the same pass, "
-    "for one cause and one fix (re-apply the file)",
-)
 def test_a_fleet_sharing_one_horizon_pages_once() -> None:
     fleet = [horizon_row(f"zoned-{i:02}") for i in range(40)]
     decided = decide_pass(horizons=fleet, watched=40)
