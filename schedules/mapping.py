@@ -190,7 +190,9 @@ def to_spec(
     return ScheduleSpec(
         cron_expressions=defn.crons,
         intervals=[ScheduleIntervalSpec(every=defn.every)] if defn.every is not None else [],
-        skip=[_skip_spec(s) for s in defn.exclude],
+        # The exclusions and the maintenance windows, merged here only: the definition (and
+        # its digest) keeps each as the file writes it.
+        skip=[_skip_spec(s) for s in defn.skip_calendars],
         start_at=defn.start_at,
         end_at=defn.end_at,
         jitter=defn.jitter,

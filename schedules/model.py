@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -36,6 +37,12 @@ from cronwarden.schedules.duplicates import duplicates_in_file
 from cronwarden.schedules.durations import parse_duration
 from cronwarden.schedules.firing import finished_note, never_fires
 from cronwarden.schedules.labels import check_labels
+from cronwarden.schedules.maintenance import (
+    MaintenanceWindow,
+    check_windows,
+    never_ends,
+    window_skips,
+)
 from cronwarden.schedules.spec_parts import SkipCalendar, skip_calendar, utc_instant
 from cronwarden.schedules.zones import UTC_NAMES, DstGap, LocalSpec, check_zone_name
 from cronwarden.times import format_duration
@@ -172,6 +179,9 @@ class ScheduleDefinition(BaseModel):
     """No fire after this instant; once it has passed the schedule is finished, not late."""
     exclude: tuple[SkipCalendar, ...] = ()
     """Dates (2026-12-25) or calendar entries ({day_of_week: sat,sun}) on which nothing fires."""
+    maintenance: tuple[MaintenanceWindow, ...] = ()
+    """Recurring windows ({days: sun, from: "02:00", to: "04:00"}) on the schedule's wall clock
+    in which fires are skipped, so nothing is due and nothing pages."""
     jitter: timedelta | None = None
     """Each fire starts up to this much after its nominal time; the logical key stays nominal."""
     expected_duration: ExpectedDuration | None = None
@@ -273,6 +283,7 @@ class ScheduleDefinition(BaseModel):
             and data.get("every") is not None
             and data.get("cron") is None
             and not data.get("exclude")
+            and not data.get("maintenance")
             and data.get("dst_gap") is None
             and data.get("dst_repeat") is None
         ):
@@ -297,6 +308,19 @@ class ScheduleDefinition(BaseModel):
     @classmethod
     def _parse_instant(cls, value: object, info: ValidationInfo) -> object:
         return None if value is None else utc_instant(value, field=info.field_name or "")
+
+    @field_validator("maintenance", mode="wrap")
+    @classmethod
+    def _check_windows(
+        cls, value: object, read: ValidatorFunctionWrapHandler
+    ) -> tuple[MaintenanceWindow, ...]:
+        # Each window is read on its own first (its errors name it); then all of them together
+        # must leave some time outside.
+        windows: tuple[MaintenanceWindow, ...] = read(check_windows(value))
+        reason = never_ends(windows)
+        if reason is not None:
+            raise ValueError(reason)
+        return windows
 
     @field_validator("exclude", mode="before")
     @classmethod
@@ -407,7 +431,7 @@ class ScheduleDefinition(BaseModel):
             every=self.every,
             start_at=self.start_at,
             end_at=self.end_at,
-            skips=self.exclude,
+            skips=self.skip_calendars,
             now=self._wall_now(now),
         )
         if reason is not None:
@@ -428,7 +452,7 @@ class ScheduleDefinition(BaseModel):
             now=self._wall_now(now),
             crons=self.crons,
             start_at=self.start_at,
-            skips=self.exclude,
+            skips=self.skip_calendars,
         )
 
     def _wall_now(self, now: datetime) -> datetime:
@@ -452,10 +476,17 @@ class ScheduleDefinition(BaseModel):
         return LocalSpec(
             zone=self.timezone,
             crons=tuple(self.crons),
-            exclude=self.exclude,
+            # The windows follow the wall clock like the exclusions they compile to.
+            exclude=self.skip_calendars,
             dst_gap=self.dst_gap or DstGap.SHIFT,
             dst_repeat=self.dst_repeat,
         )
+
+    @property
+    def skip_calendars(self) -> tuple[SkipCalendar, ...]:
+        """What the spec skips: the file's exclusions, then the maintenance windows' calendars
+        (the definition keeps both fields as written)."""
+        return self.exclude + window_skips(self.maintenance)
 
     @property
     def lock_name(self) -> str:
@@ -794,10 +825,11 @@ def _pydantic_problem(err: ErrorDetails) -> str:
             return f": unknown field '{field}'{_suggest(field, known)}"
         # Inside an exclusion or the duration bounds: name the key and where it sits.
         name = str(loc[-1])
-        inner = ExpectedDuration if field == "expected_duration" else SkipCalendar
-        return (
-            f", field '{where}': unknown field '{name}'{_suggest(name, list(inner.model_fields))}"
-        )
+        known = {
+            "expected_duration": list(ExpectedDuration.model_fields),
+            "maintenance": ["days", "from", "to"],
+        }.get(field, list(SkipCalendar.model_fields))
+        return f", field '{where}': unknown field '{name}'{_suggest(name, known)}"
     return f", field '{where}': {_message(err)}"
 
 
