@@ -10,7 +10,8 @@ list stays as written; the windows join it only when the spec is built (`window_
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
 
 from pydantic import (
     BaseModel,
@@ -21,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from cronwarden.schedules.cron import calendar_field
+from cronwarden.schedules.cron import calendar_field, cron_fields
 from cronwarden.schedules.spec_parts import SkipCalendar
 
 _CLOCK = re.compile(r"([0-9]{1,2}):([0-9]{2})")
@@ -202,3 +203,45 @@ def never_ends(windows: Iterable[MaintenanceWindow]) -> str | None:
 def window_skips(windows: Iterable[MaintenanceWindow]) -> tuple[SkipCalendar, ...]:
     """Every window's skip calendars, in order."""
     return tuple(skip for window in windows for skip in window.skips())
+
+
+def covers_every_fire(
+    windows: Sequence[MaintenanceWindow],
+    *,
+    crons: Sequence[str],
+    every: timedelta | None,
+    zoned: bool,
+) -> str | None:
+    """Why the windows take every fire of the trigger (Temporal would hold a schedule that
+    never runs, and the monitor would wait for a first fire that cannot come), or None.
+
+    A cron's fires are its times of day on the weekdays it names (Temporal ANDs the day fields,
+    so any day it fires on has one of them): if the windows cover each of those times on each
+    of those weekdays, nothing fires. An interval that divides a day fires at the same UTC times
+    every day; a zoned one or one that does not divide a day is not judged here."""
+    if not windows:
+        return None
+    covered: dict[int, set[int]] = {day: set() for day in range(7)}
+    for window in windows:
+        low, high = window.minutes
+        for day in window.weekdays:
+            covered[day].update(range(low, high))
+    demands: list[tuple[frozenset[int], set[int]]] = []
+    for expr in crons:
+        fields = cron_fields(expr)
+        times = {h * 60 + m for h in fields.hours for m in fields.minutes}
+        demands.append((fields.days_of_week, times))
+    if every is not None:
+        step = int(every.total_seconds())
+        if zoned or _DAY_MINUTES * 60 % step:
+            return None
+        times = {(k * step) // 60 for k in range(_DAY_MINUTES * 60 // step)}
+        demands.append((frozenset(range(7)), times))
+    for days, times in demands:
+        if any(not times <= covered[day] for day in days):
+            return None
+    shown = "; ".join(w.text() for w in windows)
+    return (
+        f"every fire falls in a maintenance window ({shown}), so nothing would ever run; "
+        "narrow the windows or pause the schedule instead"
+    )

@@ -40,6 +40,7 @@ from cronwarden.schedules.labels import check_labels
 from cronwarden.schedules.maintenance import (
     MaintenanceWindow,
     check_windows,
+    covers_every_fire,
     never_ends,
     window_skips,
 )
@@ -434,6 +435,13 @@ class ScheduleDefinition(BaseModel):
             skips=self.skip_calendars,
             now=self._wall_now(now),
         )
+        if reason is None:
+            reason = covers_every_fire(
+                self.maintenance,
+                crons=self.crons,
+                every=self.every,
+                zoned=self.timezone is not None,
+            )
         if reason is not None:
             raise ValueError(f"this schedule never fires: {reason}")
         return self

@@ -200,3 +200,43 @@ def test_a_window_taking_every_day_the_cron_fires_is_refused_as_never_firing() -
     with pytest.raises(ScheduleFileError) as exc_info:
         parse_schedule_text(text, noop_registry(), now=NOW)
     assert "this schedule never fires" in exc_info.value.problems[0]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"cron": "0 3 * * *", "maintenance": [{"from": "02:00", "to": "04:00"}]},
+        {
+            "cron": ["15 3 * * sat", "45 23 * * sun"],
+            "maintenance": [
+                {"days": "sat", "from": "03:00", "to": "03:30"},
+                {"days": "sun", "from": "23:00", "to": "24:00"},
+            ],
+        },
+        {
+            "cron": "0 9 * * *",
+            "timezone": "Europe/Berlin",
+            "maintenance": [{"from": "09:00", "to": "09:01"}],
+        },
+        {
+            "every": "6h",
+            "maintenance": [{"from": "00:00", "to": "00:01"}, {"from": "06:00", "to": "18:01"}],
+        },
+    ],
+)
+def test_windows_taking_every_fire_are_refused_as_never_firing(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="every fire falls in a maintenance window"):
+        define(**fields)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"cron": "0 3,5 * * *", "maintenance": [{"from": "02:00", "to": "04:00"}]},
+        {"cron": "0 3 * * *", "maintenance": [{"days": "mon-sat", "from": "02:00", "to": "04:00"}]},
+        {"every": "7h", "maintenance": [{"from": "00:00", "to": "00:01"}]},
+        {"every": "6h", "maintenance": [{"from": "00:00", "to": "00:01"}]},
+    ],
+)
+def test_windows_leaving_some_fire_are_accepted(fields: dict[str, Any]) -> None:
+    assert define(**fields).maintenance
