@@ -7,15 +7,18 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import structlog
 
 # The shared helpers' asserts explain themselves as a test's do. This must come before anything
 # imports them: a helper module imported earlier keeps its plain asserts.
 pytest.register_assert_rewrite("tests.support")
 
+from cronwarden import logs  # noqa: E402
 from tests.support.faults.tally import (  # noqa: E402
     FAULT_ROW_PROPERTY,
     FaultRow,
@@ -41,6 +44,25 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in list(os.environ):
         if name.startswith("CRONWARDEN_"):
             del os.environ[name]
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_found() -> Iterator[None]:
+    """Each test ends with structlog configured as it found it. The configuration is the whole
+    process's, and a pytest process runs many test files: a test that runs the CLI in process
+    (`command()(args=[..., "--help"])` runs the root callback, which sets WARNING for the commands
+    that print their result) would otherwise leave every later test of that process without its
+    INFO events, `capture_logs` seeing only warnings and errors. Which files share a process
+    depends on how fast the workers go, so such a leak fails a test only now and then."""
+    # Configured first, as importing any module of ours does: what is restored is our setup.
+    logs.get_logger(__name__)
+    saved = structlog.get_config()
+    processors = list(saved["processors"])
+    yield
+    # Into the same list: loggers bound before hold it (as `capture_logs` keeps it too).
+    current = structlog.get_config()["processors"]
+    current[:] = processors
+    structlog.configure(**{**saved, "processors": current})
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
